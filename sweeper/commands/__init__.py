@@ -1,0 +1,1 @@
+"""One module per `sweeper` subcommand (see `sweeper.cli`)."""

@@ -1,0 +1,102 @@
+"""Trial configuration: data source, training recipe and divergence rules.
+
+Pure pydantic models with no torch import, so that the sweep schema (`sweeper.schema`)
+embeds them directly and validation stays fast. Every model forbids unknown keys.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+PositiveInt = Annotated[int, Field(gt=0)]
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DataConfig(StrictModel):
+    """Where tokens come from.
+
+    - `builtin`: the running interpreter's standard-library sources, byte-level tokens (vocab 256).
+    - `text` / `jsonl` / `parquet`: local files (`path`: a file, a directory or a glob), byte-level
+      tokens unless `tokenizer` is given; `text_column` for JSONL/Parquet.
+    - `tokens`: a pre-tokenized binary file of `token_dtype` integers (`path`), optional `val_path`.
+    - `hf`: a Hugging Face dataset (`dataset`, `subset`, `split`, `streaming`), needs the `hf` extra.
+    - `synthetic`: a tiny deterministic source for tests.
+    - `images` (ViT): `path` an image folder (class per subfolder) or an `.npz` with `x`, `y`;
+      `builtin_images` a small generated image set that needs no download.
+    """
+
+    source: Literal["builtin", "text", "jsonl", "parquet", "tokens", "hf", "synthetic", "images", "builtin_images"] = "builtin"
+    path: str | None = None
+    val_path: str | None = None
+    text_column: str = "text"
+    token_dtype: Literal["uint16", "uint32"] = "uint16"
+    tokenizer: str | None = None  # None: byte-level (vocab 256); else a local path or a hub name (needs `hf`)
+    dataset: str | None = None
+    subset: str | None = None
+    split: str = "train"
+    val_split: str | None = "validation"
+    streaming: bool = True
+    val_fraction: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.05
+    seed: int = 0
+
+
+class OptimizerConfig(StrictModel):
+    """AdamW settings shared by every learning rate of a cell."""
+
+    betas: tuple[Fraction, Fraction] = (0.9, 0.95)
+    eps: PositiveFloat = 1e-8
+    weight_decay: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.1
+    grad_clip: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 1.0  # 0 disables; per member
+
+
+class ScheduleConfig(StrictModel):
+    """Linear warmup, then cosine or linear decay to `final_fraction` of the peak LR."""
+
+    warmup: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.05  # < 1: fraction of steps; >= 1: steps
+    decay: Literal["cosine", "linear", "constant"] = "cosine"
+    final_fraction: Fraction = 0.1
+
+
+class TrainConfig(StrictModel):
+    """The training recipe of one trial. Exactly one of `steps`, `tokens`, `tokens_per_param`."""
+
+    steps: PositiveInt | None = None
+    tokens: PositiveInt | None = None
+    tokens_per_param: PositiveFloat | None = None
+    batch_size: PositiveInt = 8  # sequences per step (batch tokens = batch_size * seq_len)
+    optimizer: OptimizerConfig = OptimizerConfig()
+    schedule: ScheduleConfig = ScheduleConfig()
+    eval_every: PositiveInt = 50  # steps
+    eval_batches: PositiveInt = 4
+    report_every: PositiveInt = 10  # steps between metric reports
+    checkpoint_every: PositiveInt = 200  # steps
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    dtype: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU
+    compile: bool = False
+    threads: PositiveInt | None = None  # torch intra-op threads; None: the trial's CPU share
+    objective: Literal["loss", "error"] = "loss"  # error: 1 - top-1 accuracy (ViT)
+
+    @model_validator(mode="after")
+    def _one_budget(self) -> "TrainConfig":
+        given = [k for k in ("steps", "tokens", "tokens_per_param") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                f"give exactly one of steps, tokens, tokens_per_param (got {', '.join(given) or 'none'})"
+            )
+        return self
+
+
+class DivergenceConfig(StrictModel):
+    """When a run counts as diverged. NaN/Inf losses always do, at once."""
+
+    ema: Fraction = 0.9  # smoothing of the training loss
+    init_loss_margin: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0  # diverged if smoothed > init + margin after warmup
+    spike_factor: Annotated[float, Field(gt=1, allow_inf_nan=False)] = 1.5  # a spike: loss > factor * best smoothed loss
+    spike_patience: PositiveInt = 50  # steps a spike may last before it counts as divergence
