@@ -262,10 +262,12 @@ class Cursor:
     curves: int = 0
 
 
-def load_points(sweep_dir: str | os.PathLike[str], *, latest: bool = True) -> pl.DataFrame:
-    """Point rows; with `latest` only the current state of each point (highest seq)."""
+def load_points(sweep_dir: str | os.PathLike[str], *, latest: bool = True, after_chunk: int = 0) -> pl.DataFrame:
+    """Point rows; with `latest` only the current state of each point (highest seq); optionally
+    only from chunks numbered above `after_chunk` (a compacted chunk may repeat older rows)."""
     folder = Path(sweep_dir) / "store" / "points"
-    frame = _read_chunks([c[2] for c in _chunks(folder)], POINTS_SCHEMA).unique(subset=["seq"], keep="last")
+    paths = [p for first, last, p in _chunks(folder) if last > after_chunk]
+    frame = _read_chunks(paths, POINTS_SCHEMA).unique(subset=["seq"], keep="last")
     if latest and frame.height:
         frame = frame.sort("seq").unique(subset=["point_id"], keep="last", maintain_order=True)
     return frame.sort("seq")
