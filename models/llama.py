@@ -1,0 +1,219 @@
+"""LLaMA-style decoder (RMSNorm, SwiGLU, RoPE causal attention, untied embedding and head), stacked.
+
+Read top to bottom: `Block` (two residual steps whose wiring the scheme decides), `LlamaLM` (embed,
+blocks, optional final norm, head). Shapes: the input `idx` `[B, T]` feeds every member; the residual
+stream is `[K, B*T, d]`; logits are `[K, B, T, V]`. Parameter names (per member, K removed):
+
+    tok_emb [V, d]              token embedding
+    embed_gain [d]              only when the scheme normalises the embeddings (Peri-LN)
+    blocks.{i}.attn.qkv [d, 3d] blocks.{i}.attn.o [d, d]
+    blocks.{i}.mlp.gate_up [d, 2h]  blocks.{i}.mlp.down [h, d]
+    blocks.{i}.gains.{site} [d] the block's norm gains (sites chosen by the scheme)
+    site_gains.sites.{site}.{gamma,a_mag,b_mag,a_rot,b_rot}  LayerRoPE only
+    final_gain [d]              when the scheme has a final norm
+    head [d, V]                 LM head (untied)
+
+Initialisation (`init_weights(seed)`): one member is drawn from `torch.Generator().manual_seed(seed)`
+in a fixed order that does not depend on the scheme (tok_emb, then per block qkv, o, gate_up, down,
+then head; every draw N(0, init_std) in fp32 on the CPU) and copied into all K members; then the
+scheme's init multipliers are applied. Gains start at one. So a seed gives the same base weights for
+every scheme and every K.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from models.config import ModelConfig
+from models.layers import Attention, ResidualStep, SwiGLU, rms_norm, rope_inv_freq, rotary_tables
+from models.registry import make_scheme
+from models.scheme import BLOCK_WEIGHTS, ParamKind, Scheme
+from models.stacked import StackedModel
+
+GAIN_SITES = ("attn_in", "attn_out", "mlp_in", "mlp_out")
+
+
+class Block(nn.Module):
+    """Block `layer` (1-based): an attention step then an MLP step, each wired by the scheme."""
+
+    def __init__(self, cfg: ModelConfig, scheme: Scheme, layer: int, stack: int) -> None:
+        super().__init__()
+        self.layer = layer
+        self.eps = cfg.norm_eps
+        self.attn = Attention(cfg.width, cfg.n_heads, stack=stack)
+        self.mlp = SwiGLU(cfg.width, cfg.hidden, stack=stack)
+        self.gains = nn.ParameterDict({site: nn.Parameter(torch.ones(stack, cfg.width)) for site in scheme.block_sites(layer)})
+        for name, value in scheme.constants(layer).items():
+            # A tensor, not a Python float: one compiled block then serves every layer.
+            self.register_buffer("c_" + name, torch.tensor(float(value)), persistent=False)
+        self.step = scheme.step_for(layer)
+
+    def forward(self, h: Tensor, seq_len: int, rope, external: Mapping[str, Tensor]) -> Tensor:
+        attn = ResidualStep(lambda x: self.attn(x, seq_len, rope), "attn_", self.gains, external, self, self.eps)
+        h = self.step(h, attn)
+        mlp = ResidualStep(self.mlp, "mlp_", self.gains, external, self, self.eps)
+        return self.step(h, mlp)
+
+    def weight_view(self, name: str) -> Tensor:
+        """The slice of a fused weight holding `name` (one of BLOCK_WEIGHTS), all members."""
+        d, h = self.attn.width, self.mlp.hidden
+        views = {
+            "q": lambda: self.attn.qkv[..., 0:d],
+            "k": lambda: self.attn.qkv[..., d : 2 * d],
+            "v": lambda: self.attn.qkv[..., 2 * d : 3 * d],
+            "o": lambda: self.attn.o,
+            "gate": lambda: self.mlp.gate_up[..., 0:h],
+            "up": lambda: self.mlp.gate_up[..., h : 2 * h],
+            "down": lambda: self.mlp.down,
+        }
+        return views[name]()
+
+
+class LlamaLM(StackedModel):
+    """K stacked LLaMA-style decoders of one configuration and scheme."""
+
+    def __init__(self, cfg: ModelConfig, *, stack: int = 1) -> None:
+        super().__init__()
+        validate_llama_config(cfg)
+        if stack < 1:
+            raise ValueError(f"stack must be >= 1, got {stack}")
+        self.cfg, self.stack = cfg, stack
+        self.scheme = scheme = make_scheme(cfg.scheme, cfg.depth, cfg.scheme_options)
+        d = cfg.width
+        self.tok_emb = nn.Parameter(torch.empty(stack, cfg.vocab, d))
+        self.embed_gain = nn.Parameter(torch.ones(stack, d)) if scheme.embed_norm else None
+        self.blocks = nn.ModuleList(Block(cfg, scheme, layer, stack) for layer in range(1, cfg.depth + 1))
+        self.site_gains = scheme.make_site_gains(cfg, stack)
+        self.final_gain = nn.Parameter(torch.ones(stack, d)) if scheme.final_norm else None
+        self.head = nn.Parameter(torch.empty(stack, d, cfg.vocab))
+        self.register_buffer("rope_inv_freq", rope_inv_freq(cfg.head_dim, cfg.rope_base), persistent=False)
+        self.register_buffer("vocab_offsets", torch.arange(stack)[:, None] * cfg.vocab, persistent=False)
+
+    # ---- init -------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def init_weights(self, seed: int) -> None:
+        generator = torch.Generator().manual_seed(seed)
+        std = self.cfg.init_std
+
+        def draw(param: Tensor) -> None:
+            base = torch.empty(param.shape[1:], dtype=torch.float32).normal_(0.0, std, generator=generator)
+            param.copy_(base)  # broadcasts the one member over K
+
+        draw(self.tok_emb)
+        for block in self.blocks:
+            for param in (block.attn.qkv, block.attn.o, block.mlp.gate_up, block.mlp.down):
+                draw(param)
+        draw(self.head)
+        for block in self.blocks:
+            for name in BLOCK_WEIGHTS:
+                factor = self.scheme.init_scale(name, block.layer)
+                if factor != 1.0:
+                    block.weight_view(name).mul_(factor)
+
+    # ---- forward ------------------------------------------------------------------------------------
+    def forward(self, idx: Tensor) -> Tensor:
+        """Logits `[K, B, T, V]` for tokens `idx` `[B, T]` (the same batch for every member)."""
+        batch, seq = idx.shape
+        logits = torch.bmm(self.final_hidden(idx), self.head)
+        return logits.view(self.stack, batch, seq, self.cfg.vocab)
+
+    def final_hidden(self, idx: Tensor) -> Tensor:
+        """The head's input `[K, B*T, d]`."""
+        _, seq = idx.shape
+        h = self.embed(idx)
+        if self.embed_gain is not None:
+            h = rms_norm(h, self.cfg.norm_eps) * self.embed_gain.unsqueeze(1)
+        rope = rotary_tables(seq, self.rope_inv_freq)
+        for block, external in zip(self.blocks, self._external_gains_by_layer()):
+            h = block(h, seq, rope, external)
+        if self.final_gain is not None:
+            h = rms_norm(h, self.cfg.norm_eps) * self.final_gain.unsqueeze(1)
+        return h
+
+    def embed(self, idx: Tensor) -> Tensor:
+        """`[K, B*T, d]`: member k looks its tokens up in its own table (rows offset by k*V)."""
+        flat = idx.reshape(1, -1)
+        if self.stack > 1:
+            flat = flat + self.vocab_offsets
+        return F.embedding(flat, self.tok_emb.view(-1, self.cfg.width))
+
+    def member_losses(self, idx: Tensor, targets: Tensor, ignore_index: int = -100) -> Tensor:
+        """Mean next-token cross-entropy per member, `[K]` (fp32). Train on `.sum()`, not the mean,
+        so that each member's gradient equals that of a model trained alone."""
+        logits = self(idx)
+        flat_targets = targets.reshape(1, -1).expand(self.stack, -1).reshape(-1)
+        losses = F.cross_entropy(
+            logits.reshape(-1, self.cfg.vocab).float(), flat_targets, reduction="none", ignore_index=ignore_index
+        ).view(self.stack, -1)
+        counted = (targets != ignore_index).sum().clamp_min(1)
+        return losses.sum(dim=1) / counted
+
+    def _external_gains_by_layer(self) -> Iterable[Mapping[str, Tensor]]:
+        if self.site_gains is None:
+            return itertools.repeat({})
+        gains = self.site_gains()  # computed once per forward for all layers: {site: [K, L, d]}
+        names = list(gains)
+        rows = zip(*(g.unbind(1) for g in gains.values()))
+        return [dict(zip(names, row)) for row in rows]
+
+    # ---- introspection -------------------------------------------------------------------------------
+    def param_kind(self, name: str) -> ParamKind:
+        if name == "tok_emb":
+            return "embedding"
+        if name == "head":
+            return "head"
+        if name.endswith(("attn.qkv", "attn.o", "mlp.gate_up", "mlp.down")):
+            return "hidden"
+        if name.startswith("site_gains.") and not name.endswith(".gamma"):
+            return "scalar"
+        return "gain"
+
+    @torch.no_grad()
+    def layer_gains(self) -> dict[str, Tensor]:
+        """Effective per-layer norm gains `[K, L, d]` by site (detached, fp32).
+
+        Block gains times any fixed scheme factor (LNS: 1/sqrt(l) at the input norms); LayerRoPE:
+        its sites' outputs. A site that exists only in some layers (Mix-LN) is NaN in the others;
+        sites absent from every layer are omitted.
+        """
+        external = self.site_gains() if self.site_gains is not None else {}
+        result: dict[str, Tensor] = {}
+        for site in GAIN_SITES:
+            rows: list[Tensor | None] = []
+            for block in self.blocks:
+                if site in block.gains:
+                    rows.append(self.scheme.effective_gain(site, block.layer, block.gains[site]))
+                elif site in external:
+                    rows.append(external[site][:, block.layer - 1])
+                else:
+                    rows.append(None)
+            if all(row is None for row in rows):
+                continue
+            nan = torch.full((self.stack, self.cfg.width), math.nan, device=self.head.device)
+            result[site] = torch.stack([nan if row is None else row.float() for row in rows], dim=1)
+        return result
+
+
+def validate_llama_config(cfg: ModelConfig) -> None:
+    """ValueError with a one-line message for a configuration the decoder cannot build."""
+    problems = []
+    if cfg.width < 2 or cfg.n_heads < 1 or cfg.width % cfg.n_heads:
+        problems.append(f"width ({cfg.width}) must be a multiple of n_heads ({cfg.n_heads})")
+    elif cfg.head_dim % 2:
+        problems.append(f"head dimension width/n_heads = {cfg.head_dim} must be even (RoPE rotates pairs)")
+    if cfg.depth < 1:
+        problems.append(f"depth must be >= 1, got {cfg.depth}")
+    if cfg.vocab < 2:
+        problems.append(f"vocab must be >= 2, got {cfg.vocab}")
+    if cfg.hidden < 1:
+        problems.append(f"mlp_hidden must be >= 1, got {cfg.hidden}")
+    if not cfg.init_std > 0 or not cfg.norm_eps > 0 or not cfg.rope_base > 0:
+        problems.append("init_std, norm_eps and rope_base must be > 0")
+    if problems:
+        raise ValueError("model config: " + "; ".join(problems))

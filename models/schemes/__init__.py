@@ -1,0 +1,5 @@
+"""One module per normalization scheme, each registering itself with `models.registry.register_scheme`.
+
+Adding a scheme: create `models/schemes/<name>.py` with a `Scheme` subclass decorated with
+`@register_scheme("<name>")` (see `models.scheme` for the interface), and a test in `tests/models/`.
+"""

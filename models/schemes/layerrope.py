@@ -1,0 +1,56 @@
+"""LayerRoPE (this project's method): depth-conditioned norm gains from four model-level sites.
+
+`h = h + w_A[l] * A(norm(h) * r_A[l])`; `h = h + w_F[l] * F(norm(h) * r_F[l])`, where `norm` is RMSNorm
+without its own gain and `r` (read) / `w` (write) are rows of the `(L, d)` outputs of four
+`models.layerrope.LayerRoPE` sites (attention read/write, MLP read/write), computed once per forward
+pass. The final norm before the head keeps an ordinary gain.
+
+Options: `base` (RoPE base of the gain spectrum, 100), `beta_init` (initial log-slopes, -0.5),
+`mag_slope_init` (initial magnitude slope; null = `beta_init`, 0 for the looped/ViT variants).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from models.registry import register_scheme
+from models.scheme import Scheme, StepOps, option_float
+
+if TYPE_CHECKING:
+    from torch import Tensor, nn
+
+    from models.config import ModelConfig
+
+SITES = ("attn_in", "attn_out", "mlp_in", "mlp_out")
+SCALARS_PER_SITE = 4  # a_mag, b_mag, a_rot, b_rot
+
+
+@register_scheme("layerrope")
+class LayerRoPEScheme(Scheme):
+    """LayerRoPE: h = h + w[l]*B(norm(h)*r[l]), gains from four LayerRoPE sites."""
+
+    defaults = {"base": 100.0, "beta_init": -0.5, "mag_slope_init": None}
+    external_sites = SITES
+
+    def __init__(self, depth: int, options=None) -> None:
+        super().__init__(depth, options)
+        self.base = option_float(self, "base", positive=True)
+        self.beta_init = option_float(self, "beta_init")
+        self.mag_slope_init = None if self.options["mag_slope_init"] is None else option_float(self, "mag_slope_init")
+
+    def block_sites(self, layer: int) -> tuple[str, ...]:
+        return ()
+
+    def extra_param_count(self, width: int) -> int:
+        return len(SITES) * (width + SCALARS_PER_SITE)
+
+    def make_site_gains(self, cfg: ModelConfig, stack: int) -> nn.Module:
+        from models.layerrope import LayerRoPESites
+
+        return LayerRoPESites(
+            cfg.width, self.depth, SITES, stack=stack, base=self.base,
+            beta_init=self.beta_init, mag_slope_init=self.mag_slope_init,
+        )
+
+    def step(self, h: Tensor, s: StepOps) -> Tensor:
+        return h + s.gain(s.branch(s.norm(h, "in")), "out")
