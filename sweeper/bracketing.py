@@ -1,0 +1,253 @@
+"""The bracketing policy of one cell: which learning rates to try next, and when to stop.
+
+Pure Python (no Ray, no torch): the driver, `sweeper optima` and the dashboards all call
+`decide` and `interpolate_optimum` from here; nothing else re-implements them.
+
+Terms. A cell's *points* are learning rates in one of the states `queued`, `running`
+(active) or `ok`, `diverged`, `failed` (finished). The optimum is *bracketed* when the
+best `ok` point has a finished (`ok` or `diverged`) neighbour on each side in log LR:
+since it is the best, an `ok` neighbour is worse, and a diverged run counts as worse than
+any finite one. `failed` points (crashes) carry no information: they are skipped when
+looking for neighbours and are never proposed again.
+
+Policy. Start from the initial grid. While the best point has no finished neighbour on a
+side, extend on that side by the grid factor (waiting first for active points on that
+side, which may bracket it). When every finished point diverged, go lower. Once
+bracketed, optionally refine with the two half-steps around the best point (this stops
+by itself: after one refinement the neighbours are half a step away). A bound or the
+trial cap that prevents the next step ends the cell as `edge`. Every proposed learning
+rate is rounded to 6 significant digits, the precision of point ids, so "never propose
+an LR twice" is an exact comparison.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal, Sequence
+
+PointState = Literal["queued", "running", "ok", "diverged", "failed"]
+CellStatus = Literal["pending", "running", "bracketed", "edge", "diverged", "failed"]
+ACTIVE_STATES = ("queued", "running")
+FINISHED_STATES = ("ok", "diverged", "failed")
+
+
+def canonical(lr: float) -> float:
+    """A learning rate at the precision of point ids (`f"{lr:.6g}"`)."""
+    return float(f"{lr:.6g}")
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    lr: float
+    state: PointState
+    objective: float | None = None  # final objective of an `ok` point
+
+    @property
+    def is_ok(self) -> bool:
+        return self.state == "ok" and self.objective is not None and math.isfinite(self.objective)
+
+    @property
+    def is_finished_info(self) -> bool:
+        """Finished with information about the loss landscape (ok or diverged)."""
+        return self.state == "diverged" or self.is_ok
+
+
+@dataclass(frozen=True)
+class LRPolicy:
+    lo: float = 1e-6
+    hi: float = 1.0
+    center: float = 3e-3
+    points: int = 5
+    factor: float = 2.0
+    grid: tuple[float, ...] | None = None
+    refine: bool = True
+    extend_by: int = 1
+    max_points: int = 12
+
+    def __post_init__(self) -> None:
+        if not 0 < self.lo < self.hi:
+            raise ValueError(f"bounds must satisfy 0 < lo < hi (got {self.lo}, {self.hi})")
+        if self.factor <= 1:
+            raise ValueError(f"factor must be > 1 (got {self.factor})")
+        if self.points < 1 or self.max_points < 1 or self.extend_by < 1:
+            raise ValueError("points, max_points and extend_by must be at least 1")
+
+
+@dataclass(frozen=True)
+class CellDecision:
+    status: CellStatus
+    next_lrs: tuple[float, ...] = ()
+    best: GridPoint | None = None
+    interp_lr: float | None = None
+    interp_objective: float | None = None
+    reason: str = ""
+    neighbours: tuple[GridPoint | None, GridPoint | None] = field(default=(None, None))
+
+    @property
+    def done(self) -> bool:
+        return self.status in ("bracketed", "edge", "diverged", "failed")
+
+
+def _inside(lr: float, policy: LRPolicy) -> bool:
+    return policy.lo * (1 - 1e-9) <= lr <= policy.hi * (1 + 1e-9)
+
+
+def initial_grid(policy: LRPolicy, *, center: float | None = None) -> list[float]:
+    """The first learning rates of a cell: the explicit grid, or `points` around the centre.
+
+    With an even number of points the extra one goes below the centre. A grid that
+    would cross a bound is shifted inside it, keeping its size where the bounds allow.
+    """
+    if policy.grid is not None and center is None:
+        return sorted({canonical(lr) for lr in policy.grid if _inside(lr, policy)})
+    c = center if center is not None else policy.center
+    c = min(max(c, policy.lo), policy.hi)
+    offsets = list(range(-(policy.points // 2), policy.points - policy.points // 2))
+    lrs = [c * policy.factor**k for k in offsets]
+    while lrs and lrs[0] < policy.lo * (1 - 1e-9) and lrs[-1] * policy.factor <= policy.hi:
+        lrs = [lr * policy.factor for lr in lrs]
+    while lrs and lrs[-1] > policy.hi * (1 + 1e-9) and lrs[0] / policy.factor >= policy.lo:
+        lrs = [lr / policy.factor for lr in lrs]
+    return sorted({canonical(lr) for lr in lrs if _inside(lr, policy)})
+
+
+def prior_grid(policy: LRPolicy, lr: float, lo: float, hi: float) -> list[float]:
+    """A grid centred on a predicted optimum `lr`, spanning its interval [lo, hi].
+
+    At least the centre and one step on each side; at most the policy's `points`. A
+    narrow interval gives a 3-point grid (the saving `prior: extrapolate` buys).
+    """
+    log_f = math.log(policy.factor)
+    below = max(1, math.ceil(math.log(lr / lo) / log_f - 1e-9)) if lo < lr else 1
+    above = max(1, math.ceil(math.log(hi / lr) / log_f - 1e-9)) if hi > lr else 1
+    cap_below = max(1, policy.points // 2)
+    cap_above = max(1, policy.points - policy.points // 2 - 1)
+    below, above = min(below, cap_below), min(above, cap_above)
+    lrs = [lr * policy.factor**k for k in range(-below, above + 1)]
+    return sorted({canonical(x) for x in lrs if _inside(x, policy)})
+
+
+def interpolate_optimum(points: Sequence[GridPoint]) -> tuple[float, float] | None:
+    """The minimum of the parabola in (log LR, objective) through the best point and its
+    two neighbours, or None when either neighbour is missing or not `ok`, or the three
+    points are not convex."""
+    finished = sorted((p for p in points if p.is_finished_info), key=lambda p: p.lr)
+    ok = [p for p in finished if p.is_ok]
+    if not ok:
+        return None
+    best = min(ok, key=lambda p: (p.objective, p.lr))
+    i = finished.index(best)
+    if i == 0 or i == len(finished) - 1:
+        return None
+    left, right = finished[i - 1], finished[i + 1]
+    if not (left.is_ok and right.is_ok):
+        return None
+    x = [math.log(p.lr) for p in (left, best, right)]
+    y = [float(p.objective) for p in (left, best, right)]  # type: ignore[arg-type]
+    # Second divided difference = the parabola's leading coefficient.
+    d1 = (y[1] - y[0]) / (x[1] - x[0])
+    d2 = (y[2] - y[1]) / (x[2] - x[1])
+    a = (d2 - d1) / (x[2] - x[0])
+    if not a > 0:
+        return None
+    b = d1 - a * (x[0] + x[1])
+    x_v = -b / (2 * a)
+    y_v = y[1] + (x_v - x[1]) * (d1 + a * (x_v - x[0]))  # Newton form through points 0 and 1
+    return math.exp(x_v), y_v
+
+
+def decide(points: Sequence[GridPoint], policy: LRPolicy, *, initial: Sequence[float] | None = None) -> CellDecision:
+    """The status of a cell and the learning rates to try next.
+
+    `initial` replaces the policy's initial grid (a prior); it is used only while the
+    cell has no points. Never proposes a learning rate that is among `points`.
+    """
+    if not points:
+        grid = list(initial) if initial is not None else initial_grid(policy)
+        return CellDecision("pending", tuple(grid[: policy.max_points]), reason="not started")
+
+    tried = {canonical(p.lr) for p in points}
+    budget = policy.max_points - len(points)
+    active = [p for p in points if p.state in ACTIVE_STATES]
+    informative = sorted((p for p in points if p.is_finished_info), key=lambda p: p.lr)
+    ok = [p for p in informative if p.is_ok]
+    interp = interpolate_optimum(points)
+    interp_lr, interp_obj = interp if interp else (None, None)
+
+    if not ok:
+        if active:
+            return CellDecision("running", reason="waiting for results")
+        if not informative:
+            return CellDecision("failed", reason="every point failed (see the points' reasons)")
+        lowest = min(p.lr for p in points)
+        proposals = _walk(lowest, -1, policy, tried, min(budget, policy.extend_by))
+        if proposals:
+            return CellDecision("running", tuple(proposals), reason="every point diverged so far: going lower")
+        why = "the trial cap" if budget <= 0 else f"the lower bound {policy.lo:g}"
+        return CellDecision("diverged", reason=f"every point diverged, down to {why}")
+
+    best = min(ok, key=lambda p: (p.objective, p.lr))
+    i = informative.index(best)
+    left = informative[i - 1] if i > 0 else None
+    right = informative[i + 1] if i < len(informative) - 1 else None
+    base = dict(best=best, interp_lr=interp_lr, interp_objective=interp_obj, neighbours=(left, right))
+
+    proposals: list[float] = []
+    blocked: list[str] = []
+    for direction, neighbour in ((-1, left), (+1, right)):
+        if neighbour is not None:
+            continue
+        if any((p.lr - best.lr) * direction > 0 for p in active):
+            continue  # an active point on this side may bracket it
+        room = min(budget - len(proposals), policy.extend_by)
+        step = _walk(best.lr, direction, policy, tried, room)
+        if step:
+            proposals += step
+        else:
+            side = "upper" if direction > 0 else "lower"
+            bound = policy.hi if direction > 0 else policy.lo
+            blocked.append(
+                f"trial cap ({policy.max_points} points) reached" if room <= 0 else f"optimum at the {side} bound {bound:g}"
+            )
+    if proposals:
+        return CellDecision("running", tuple(sorted(proposals)), reason="extending the grid", **base)
+    if active:
+        return CellDecision("running", reason="waiting for results", **base)
+    if blocked:
+        return CellDecision("edge", reason="; ".join(blocked), **base)
+
+    # Bracketed, nothing active.
+    if policy.refine and budget > 0:
+        half = math.sqrt(policy.factor)
+        refine = []
+        for direction, neighbour in ((-1, left), (+1, right)):
+            assert neighbour is not None
+            candidate = canonical(best.lr * half**direction)
+            gap = abs(math.log(neighbour.lr / best.lr))
+            if gap > math.log(half) * 1.01 and candidate not in tried and _inside(candidate, policy):
+                refine.append(candidate)
+        refine = refine[:budget]
+        if refine:
+            return CellDecision("running", tuple(sorted(refine)), reason="refining at half the grid step", **base)
+    return CellDecision("bracketed", reason="optimum bracketed", **base)
+
+
+def _walk(start: float, direction: int, policy: LRPolicy, tried: set[float], count: int) -> list[float]:
+    """Up to `count` untried grid steps from `start` in `direction`, inside the bounds.
+
+    Tried learning rates on the way (failed points: the only ones a caller walks past)
+    are skipped rather than retried.
+    """
+    out: list[float] = []
+    j = 1
+    while len(out) < count:
+        lr = canonical(start * policy.factor ** (direction * j))
+        if not _inside(lr, policy):
+            break
+        if lr not in tried:
+            out.append(lr)
+        j += 1
+        if j > 10_000:
+            break
+    return out

@@ -1,0 +1,72 @@
+"""Names the sweep schema accepts, known without importing torch.
+
+`sweeper validate` must answer in well under a second, so it cannot import `models`
+(which imports torch). Scheme names are read from the source of `models/schemes/*.py`
+(each scheme file registers itself with `@register_scheme("name")`); named model sizes
+are a static table. Both are checked against the real registries by
+tests/sweeper/test_catalog.py, so they cannot drift.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+# Used only when the models package cannot be found on disk (e.g. a broken install).
+FALLBACK_SCHEMES = ("pre", "post", "peri", "lns", "deepnet", "layerrope")
+
+_REGISTER = re.compile(r"""register_scheme\(\s*["']([A-Za-z0-9_.\-]+)["']""")
+
+
+@dataclass(frozen=True)
+class NamedShape:
+    """A named model size of the width ladder (LLaMA conventions, vocab 32000)."""
+
+    width: int
+    depth: int
+    heads: int
+    mlp_hidden: int
+
+
+NAMED_SIZES: dict[str, NamedShape] = {
+    "58M": NamedShape(width=512, depth=8, heads=8, mlp_hidden=1376),
+    "130M": NamedShape(width=768, depth=12, heads=12, mlp_hidden=2048),
+    "350M": NamedShape(width=1024, depth=24, heads=16, mlp_hidden=2752),
+    "1.3B": NamedShape(width=2048, depth=24, heads=32, mlp_hidden=5472),
+}
+
+
+def _schemes_dir() -> Path | None:
+    spec = importlib.util.find_spec("models")  # finds the package without executing it
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(next(iter(spec.submodule_search_locations))) / "schemes"
+    return folder if folder.is_dir() else None
+
+
+@lru_cache(maxsize=1)
+def scheme_names() -> tuple[str, ...]:
+    """Every normalization scheme the installed `models` package registers, sorted."""
+    folder = _schemes_dir()
+    names: set[str] = set()
+    if folder is not None:
+        for path in folder.glob("*.py"):
+            try:
+                names.update(_REGISTER.findall(path.read_text(encoding="utf-8")))
+            except OSError:
+                continue
+    return tuple(sorted(names)) if names else FALLBACK_SCHEMES
+
+
+def suggest(word: str, choices: list[str] | tuple[str, ...]) -> str:
+    """' (did you mean 'x'?)' for a near miss, else ''."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    if not close:
+        lowered = {c.lower(): c for c in choices}
+        if word.lower() in lowered:
+            close = [lowered[word.lower()]]
+    return f"; did you mean {close[0]!r}?" if close else ""

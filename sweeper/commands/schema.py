@@ -1,0 +1,36 @@
+"""`sweeper schema`: the JSON Schema of sweep files, for editor completion and checking."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "schema",
+        help="print the JSON Schema of sweep YAML files",
+        description=(
+            "Print the JSON Schema of sweep files. With yaml-language-server (VS Code's YAML extension), "
+            "put `# yaml-language-server: $schema=sweep.schema.json` at the top of a sweep file."
+        ),
+    )
+    parser.add_argument("-o", "--output", help="write to this file instead of standard output")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from sweeper.errors import UserError
+    from sweeper.schema import json_schema
+
+    text = json.dumps(json_schema(), indent=2, sort_keys=False)
+    if args.output:
+        try:
+            with open(args.output, "w") as fh:
+                fh.write(text + "\n")
+        except OSError as exc:
+            raise UserError(f"{args.output}: cannot write ({exc.strerror or exc})") from None
+    else:
+        print(text)
+    return 0

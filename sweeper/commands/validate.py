@@ -1,0 +1,44 @@
+"""`sweeper validate FILE`: check a sweep file without running or writing anything."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "validate",
+        help="check a sweep YAML file (every problem at once; nothing is written)",
+        description="Check a sweep YAML file. Prints one line per problem and exits 2 if there are any.",
+    )
+    parser.add_argument("file", help="the sweep YAML file")
+    parser.add_argument("--json", action="store_true", help="print the normalised sweep as JSON")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from sweeper.bracketing import initial_grid
+    from sweeper.schema import load_sweep
+
+    validated = load_sweep(args.file)
+    cfg = validated.config
+    for warning in validated.warnings:
+        sys.stderr.write(f"warning: {warning}\n")
+    sizes = [f"L{d}" for d in cfg.model.depths] if cfg.model.depths else [s.name for s in cfg.model.sizes or []]
+    cells = len(cfg.methods) * len(sizes) * len(cfg.seeds)
+    if args.json:
+        doc: dict[str, Any] = {"ok": True, "cells": cells, "sizes": sizes, "config": cfg.model_dump(mode="json")}
+        doc["warnings"] = validated.warnings
+        print(json.dumps(doc, indent=2))
+        return 0
+    print(
+        f"{args.file}: ok: {len(cfg.methods)} methods × {len(sizes)} sizes × {len(cfg.seeds)} seeds = {cells} cells"
+    )
+    for method in cfg.methods:
+        grid = initial_grid(cfg.lr_for(method).to_policy())
+        label = method.name if method.scheme_name == method.name else f"{method.name} ({method.scheme_name})"
+        print(f"  {label}: initial grid {', '.join(f'{lr:.3g}' for lr in grid)}")
+    return 0

@@ -1,0 +1,799 @@
+"""The sweep file: its pydantic schema, loading, and errors a researcher can act on.
+
+A sweep is one YAML file (see the README's YAML reference): methods × sizes × seeds
+make the *cells*; each cell's learning rate is swept until its optimum is bracketed.
+The data, training and divergence sections are the trial stream's own pydantic models
+(`trials.config`), embedded as they are, so that the trial and the sweep agree by
+construction. Nothing here imports torch or Ray: `sweeper validate` answers in well
+under a second.
+
+`load_sweep(path)` returns a `SweepConfig` or raises `UserError` with one line per
+problem (every problem at once), each naming the file line, the field path, the value
+and what is allowed.
+"""
+
+from __future__ import annotations
+
+import copy
+import glob
+import importlib.util
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from sweeper import catalog
+from sweeper.errors import UserError
+from sweeper.yamlio import LoadedYaml, YamlProblem, load_file
+from trials.config import DataConfig, DivergenceConfig, TrainConfig
+
+if TYPE_CHECKING:
+    from sweeper.bracketing import LRPolicy
+
+BUDGET_KEYS = ("steps", "tokens", "tokens_per_param")
+MAX_DEPTH = 10_000
+MAX_WIDTH = 65_536
+MAX_SEQ = 1_048_576
+MAX_VOCAB = 4_194_304
+BYTE_VOCAB = 256
+
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Name = Annotated[
+    str,
+    Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+\-]*$",
+        max_length=64,
+        description="letters, digits and . _ + - (used in directory names and cell ids)",
+    ),
+]
+
+
+def _positive_int_or_auto(value: Any) -> int | str:
+    if value == "auto":
+        return "auto"
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PydanticCustomError("int_or_auto", "expected a positive integer or 'auto'")
+    return value
+
+
+IntOrAuto = Annotated[
+    Union[int, Literal["auto"]],
+    PlainValidator(_positive_int_or_auto),
+    PlainSerializer(lambda v: v),
+    WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 1}, {"const": "auto"}]}),
+]
+
+
+def _literal(text: str) -> str:
+    """A finished message for PydanticCustomError (which substitutes only keys of a context we never give)."""
+    return text
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LRSection(Strict):
+    """How each cell's learning rates are chosen (log-spaced grid, bracketed)."""
+
+    bounds: tuple[PositiveFloat, PositiveFloat] = Field(
+        (1e-6, 1.0), description="[lowest, highest] learning rate the sweep may try"
+    )
+    center: PositiveFloat = Field(3e-3, description="centre of the initial grid (ignored when `grid` is given)")
+    points: Annotated[int, Field(ge=1, le=64)] = Field(5, description="size of the initial grid around `center`")
+    factor: Annotated[float, Field(ge=1.01, le=100, allow_inf_nan=False)] = Field(
+        2.0, description="ratio between neighbouring grid points"
+    )
+    grid: list[PositiveFloat] | None = Field(None, description="an explicit initial grid instead of center/points")
+    refine: bool = Field(True, description="after bracketing, try the two half-steps around the best point")
+    extend_by: Annotated[int, Field(ge=1, le=8)] = Field(1, description="points added per extension step")
+    max_points: Annotated[int, Field(ge=1, le=1000)] = Field(12, description="trial cap per cell")
+    prior: Literal["fixed", "extrapolate"] = Field(
+        "fixed", description="extrapolate: centre a new size's grid on the LR law of the finished smaller sizes"
+    )
+
+    def to_policy(self) -> "LRPolicy":
+        from sweeper.bracketing import LRPolicy
+
+        return LRPolicy(
+            lo=self.bounds[0], hi=self.bounds[1], center=self.center, points=self.points, factor=self.factor,
+            grid=tuple(self.grid) if self.grid is not None else None, refine=self.refine,
+            extend_by=self.extend_by, max_points=self.max_points,
+        )
+
+    @field_validator("bounds")
+    @classmethod
+    def _ordered(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if value[0] >= value[1]:
+            raise PydanticCustomError("inverted_bounds", "lower bound must be below the upper bound")
+        return value
+
+    @field_validator("center")
+    @classmethod
+    def _center_inside(cls, value: float, info: ValidationInfo) -> float:
+        bounds = info.data.get("bounds")
+        if bounds and not bounds[0] <= value <= bounds[1]:
+            raise PydanticCustomError("outside_bounds", f"must lie within lr.bounds [{bounds[0]:g}, {bounds[1]:g}]")
+        return value
+
+    @field_validator("grid")
+    @classmethod
+    def _grid_inside(cls, value: list[float] | None, info: ValidationInfo) -> list[float] | None:
+        if value is None:
+            return None
+        if not value:
+            raise PydanticCustomError("empty_grid", "an explicit grid needs at least one learning rate")
+        bounds = info.data.get("bounds")
+        if bounds:
+            outside = [v for v in value if not bounds[0] <= v <= bounds[1]]
+            if outside:
+                listed = ", ".join(f"{v:g}" for v in outside)
+                raise PydanticCustomError("outside_bounds", f"{listed} outside lr.bounds [{bounds[0]:g}, {bounds[1]:g}]")
+        logs = sorted(math.log(v) for v in value)
+        if any(b - a < 1e-9 for a, b in zip(logs, logs[1:])):
+            raise PydanticCustomError("duplicate_lr", "learning rates in a grid must be distinct")
+        return sorted(value)
+
+    @model_validator(mode="after")
+    def _cap(self) -> "LRSection":
+        initial = len(self.grid) if self.grid is not None else self.points
+        if initial > self.max_points:
+            raise PydanticCustomError("cap", f"the initial grid has {initial} points but max_points is {self.max_points}")
+        return self
+
+
+def _method_entry(value: Any) -> Any:
+    return {"name": value} if isinstance(value, str) else value
+
+
+class MethodSpec(Strict):
+    """One method of the sweep: a normalization scheme, optionally with its own settings."""
+
+    name: Name
+    scheme: str | None = Field(None, description="the scheme this method uses (default: its name)")
+    scheme_options: dict[str, Any] = Field(default_factory=dict, description="passed to the scheme")
+    lr: dict[str, Any] | None = Field(None, description="overrides of the top-level `lr` section")
+    train: dict[str, Any] | None = Field(None, description="overrides of the top-level `train` section")
+    divergence: dict[str, Any] | None = Field(None, description="overrides of the top-level `divergence` section")
+
+    @model_validator(mode="after")
+    def _known_scheme(self) -> "MethodSpec":
+        scheme = self.scheme or self.name
+        known = catalog.scheme_names()
+        if scheme not in known:
+            hint = catalog.suggest(scheme, known)
+            raise PydanticCustomError(
+                "unknown_method", _literal(f"unknown method {scheme!r}{hint} (known: {', '.join(known)})")
+            )
+        return self
+
+    @property
+    def scheme_name(self) -> str:
+        return self.scheme or self.name
+
+
+def _size_entry(value: Any) -> Any:
+    return {"name": value} if isinstance(value, str) else value
+
+
+class SizeSpec(Strict):
+    """A named model size (`58M`, `130M`, `350M`, `1.3B`) or an explicit shape with a name."""
+
+    name: Name
+    width: Annotated[int, Field(ge=1, le=MAX_WIDTH)] | None = None
+    depth: Annotated[int, Field(ge=1, le=MAX_DEPTH)] | None = None
+    heads: Annotated[int, Field(ge=1, le=1024)] | None = None
+    mlp_hidden: Annotated[int, Field(ge=1, le=16 * MAX_WIDTH)] | None = None
+
+    @model_validator(mode="after")
+    def _resolvable(self) -> "SizeSpec":
+        if self.name in catalog.NAMED_SIZES:
+            return self
+        missing = [k for k in ("width", "depth", "heads") if getattr(self, k) is None]
+        if missing:
+            hint = catalog.suggest(self.name, list(catalog.NAMED_SIZES))
+            raise PydanticCustomError(
+                "unknown_size",
+                _literal(
+                    f"unknown named size {self.name!r}{hint} (known: {', '.join(catalog.NAMED_SIZES)}); "
+                    "a custom size gives width, depth and heads"
+                ),
+            )
+        return self
+
+    def shape(self) -> catalog.NamedShape:
+        base = catalog.NAMED_SIZES.get(self.name)
+        width = self.width or (base.width if base else 0)
+        return catalog.NamedShape(
+            width=width,
+            depth=self.depth or (base.depth if base else 0),
+            heads=self.heads or (base.heads if base else 0),
+            mlp_hidden=self.mlp_hidden or (base.mlp_hidden if base and width == base.width else 0),
+        )
+
+
+class ModelSection(Strict):
+    """The network: family and shape; `depths` (a depth sweep) or `sizes` (a width ladder)."""
+
+    family: Literal["llama", "looped", "vit"] = "llama"
+    width: Annotated[int, Field(ge=1, le=MAX_WIDTH)] = 128
+    heads: Annotated[int, Field(ge=1, le=1024)] = 4
+    depths: list[Annotated[int, Field(ge=1, le=MAX_DEPTH)]] | None = Field(
+        None, description="numbers of blocks; one cell per depth (size label L<depth>)"
+    )
+    sizes: list[Annotated[SizeSpec, BeforeValidator(_size_entry)]] | None = Field(
+        None, description="named sizes or {name, width, depth, heads[, mlp_hidden]}; one cell per size"
+    )
+    vocab: IntOrAuto = Field("auto", description="auto: 256 for byte-level data, else the tokenizer's")
+    seq_len: Annotated[int, Field(ge=1, le=MAX_SEQ)] = 256
+    mlp_hidden: Annotated[int, Field(ge=1, le=16 * MAX_WIDTH)] | None = Field(
+        None, description="SwiGLU hidden size (default 8/3·width rounded up to 32)"
+    )
+    init_std: PositiveFloat = 0.02
+    norm_eps: PositiveFloat = 1e-6
+    rope_base: PositiveFloat = 10000.0
+    scheme_options: dict[str, Any] = Field(default_factory=dict, description="passed to every scheme")
+    extra: dict[str, Any] = Field(default_factory=dict, description="family settings (looped: loops; vit: image)")
+
+    @field_validator("depths")
+    @classmethod
+    def _distinct_depths(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None:
+            if not value:
+                raise PydanticCustomError("empty", "give at least one depth")
+            if len(set(value)) != len(value):
+                raise PydanticCustomError("duplicate", "depths must be distinct")
+        return value
+
+    @field_validator("sizes")
+    @classmethod
+    def _distinct_sizes(cls, value: list[SizeSpec] | None) -> list[SizeSpec] | None:
+        if value is not None:
+            if not value:
+                raise PydanticCustomError("empty", "give at least one size")
+            names = [s.name for s in value]
+            if len(set(names)) != len(names):
+                raise PydanticCustomError("duplicate", "size names must be distinct")
+        return value
+
+    @model_validator(mode="after")
+    def _one_axis(self) -> "ModelSection":
+        if (self.depths is None) == (self.sizes is None):
+            raise PydanticCustomError(
+                "axis", "give exactly one of model.depths (a depth sweep) or model.sizes (a width ladder)"
+            )
+        return self
+
+
+class ResourceRule(Strict):
+    """Resources for the cells matching `max_depth` (depth ≤ it) or `sizes`; the first match wins."""
+
+    max_depth: Annotated[int, Field(ge=1)] | None = None
+    sizes: list[str] | None = None
+    cpu: NonNegFloat | None = None
+    gpu: NonNegFloat | None = None
+    memory_gb: PositiveFloat | None = None
+    custom: dict[str, NonNegFloat] | None = None
+
+    @model_validator(mode="after")
+    def _selector(self) -> "ResourceRule":
+        if (self.max_depth is None) == (self.sizes is None):
+            raise PydanticCustomError("selector", "give exactly one of max_depth or sizes")
+        return self
+
+
+class Resources(Strict):
+    """What one trial (one stack of learning rates) asks Ray for."""
+
+    cpu: NonNegFloat = Field(1.0, description="CPUs per trial (also the trial's torch threads)")
+    gpu: NonNegFloat = Field(0.0, description="GPUs per trial; a fraction packs trials on one GPU")
+    memory_gb: PositiveFloat | None = Field(None, description="memory per trial (Ray scheduling and stack: auto)")
+    custom: dict[str, NonNegFloat] = Field(default_factory=dict, description="custom Ray resources, e.g. a node tag")
+    by_size: list[ResourceRule] = Field(default_factory=list, description="overrides by depth or size")
+
+    @field_validator("gpu")
+    @classmethod
+    def _whole_or_fraction(cls, value: float) -> float:
+        if value > 1 and value != int(value):
+            raise PydanticCustomError("gpu", "a GPU count above 1 must be whole (fractions pack trials on one GPU)")
+        return value
+
+
+class RaySection(Strict):
+    """Where trials run."""
+
+    address: str | None = Field(None, description="an existing cluster ('auto', 'HOST:PORT', 'ray://HOST:PORT')")
+    num_cpus: Annotated[int, Field(ge=1)] | None = Field(None, description="CPUs of a local Ray (default: all)")
+    num_gpus: NonNegFloat | None = Field(None, description="GPUs of a local Ray (default: detected)")
+    storage: str | None = Field(
+        None, description="Ray Tune storage for trial checkpoints (default DIR/ray; a shared path or URI on clusters)"
+    )
+
+
+def _seeds(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 1:
+            raise PydanticCustomError("seeds", "a seed count must be at least 1 (or give a list of seeds)")
+        if value > 1000:
+            raise PydanticCustomError("seeds", "at most 1000 seeds")
+        return list(range(value))
+    return value
+
+
+class SweepConfig(Strict):
+    """One sweep: methods × sizes × seeds cells, each swept over learning rates until bracketed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, title="layerrope-sweeper sweep")
+
+    name: Name
+    description: str = ""
+    output: str | None = Field(None, description="sweep directory (default runs/<name>, relative to the working dir)")
+    methods: Annotated[list[Annotated[MethodSpec, BeforeValidator(_method_entry)]], Field(min_length=1)]
+    model: ModelSection
+    seeds: Annotated[list[Annotated[int, Field(ge=0)]], BeforeValidator(_seeds), Field(min_length=1)] = [0]
+    data: DataConfig = DataConfig()
+    train: TrainConfig
+    lr: LRSection = LRSection()
+    divergence: DivergenceConfig = DivergenceConfig()
+    resources: Resources = Resources()
+    stack: IntOrAuto = Field("auto", description="learning rates trained together as one stacked model")
+    max_stack: Annotated[int, Field(ge=1, le=64)] = Field(8, description="upper limit for stack: auto")
+    concurrency: IntOrAuto = Field("auto", description="trials at once (auto: as many as the resources allow)")
+    retries: Annotated[int, Field(ge=0, le=100)] = Field(1, description="restarts of a failing trial")
+    ray: RaySection = RaySection()
+    ledger: str = Field("sqlite", description="'sqlite' (DIR/ledger.db) or an Optuna storage URL")
+    export_weights: bool = Field(False, description="write each point's final weights (for `sweeper gamma`)")
+
+    # -- helpers used by the planner ------------------------------------------------------------
+    def method(self, name: str) -> MethodSpec:
+        return next(m for m in self.methods if m.name == name)
+
+    def lr_for(self, method: MethodSpec) -> LRSection:
+        if not method.lr:
+            return self.lr
+        return LRSection.model_validate(deep_merge(self.lr.model_dump(), method.lr))
+
+    def train_for(self, method: MethodSpec) -> TrainConfig:
+        if not method.train:
+            return self.train
+        return TrainConfig.model_validate(merge_train(self.train.model_dump(exclude_none=True), method.train))
+
+    def divergence_for(self, method: MethodSpec) -> DivergenceConfig:
+        if not method.divergence:
+            return self.divergence
+        return DivergenceConfig.model_validate(deep_merge(self.divergence.model_dump(), method.divergence))
+
+
+def deep_merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """`patch` over `base`, recursively for nested mappings."""
+    out = copy.deepcopy(base)
+    for key, value in patch.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def merge_train(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """A method's training overrides; a budget key in the patch replaces the base's budget."""
+    merged = deep_merge(base, patch)
+    if any(k in patch for k in BUDGET_KEYS):
+        for k in BUDGET_KEYS:
+            if k not in patch:
+                merged.pop(k, None)
+    return merged
+
+
+# ----------------------------------------------------------------------------------------------
+# Error messages
+
+
+@dataclass
+class Problem:
+    path: tuple[str | int, ...]
+    message: str
+
+    def dotted(self) -> str:
+        return dotted(self.path)
+
+
+def dotted(path: tuple[str | int, ...]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _unwrap(tp: Any) -> Any:
+    while True:
+        origin = get_origin(tp)
+        if origin is Annotated:
+            tp = get_args(tp)[0]
+        elif origin is Union or (origin is not None and str(origin) == "types.UnionType") or type(tp).__name__ == "UnionType":
+            args = [a for a in get_args(tp) if a is not type(None)]
+            models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+            tp = models[0] if models else args[0]
+        else:
+            return tp
+
+
+def _model_at(root: type[BaseModel], loc: tuple[str | int, ...]) -> type[BaseModel] | None:
+    """The pydantic model class that holds the value at `loc` (for listing allowed keys)."""
+    current: Any = root
+    for part in loc:
+        current = _unwrap(current)
+        if isinstance(part, int):
+            if get_origin(current) in (list, tuple):
+                current = get_args(current)[0]
+            else:
+                return None
+        elif isinstance(current, type) and issubclass(current, BaseModel) and part in current.model_fields:
+            current = current.model_fields[part].annotation
+        elif get_origin(current) is dict:
+            current = get_args(current)[1]
+        else:
+            return None
+    current = _unwrap(current)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+_FRIENDLY = {
+    "missing": "required",
+    "int_type": "expected an integer",
+    "int_parsing": "expected an integer",
+    "int_from_float": "expected a whole number",
+    "float_type": "expected a number",
+    "float_parsing": "expected a number",
+    "bool_type": "expected true or false",
+    "bool_parsing": "expected true or false",
+    "string_type": "expected text",
+    "list_type": "expected a list",
+    "tuple_type": "expected a list",
+    "dict_type": "expected a mapping of keys",
+    "model_type": "expected a mapping of keys",
+    "model_attributes_type": "expected a mapping of keys",
+    "finite_number": "NaN and infinity are not allowed",
+}
+
+
+def _message(err: dict[str, Any], root: type[BaseModel]) -> str:
+    kind = err["type"]
+    loc = tuple(err["loc"])
+    ctx = err.get("ctx") or {}
+    if kind == "extra_forbidden":
+        model = _model_at(root, loc[:-1])
+        allowed = sorted(model.model_fields) if model else []
+        key = str(loc[-1])
+        hint = catalog.suggest(key, allowed) if allowed else ""
+        listing = f" (allowed: {', '.join(allowed)})" if allowed else ""
+        return f"unknown key {key!r}{hint}{listing}"
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        op = {"greater_than": ">", "greater_than_equal": "≥", "less_than": "<", "less_than_equal": "≤"}[kind]
+        bound = next(iter(ctx.values())) if ctx else "?"
+        return f"must be {op} {bound}"
+    if kind == "literal_error":
+        return f"expected one of {ctx.get('expected', '?')}"
+    if kind == "string_pattern_mismatch":
+        return "allowed characters: letters, digits and . _ + - (starting with a letter or digit)"
+    if kind == "string_too_long":
+        return f"at most {ctx.get('max_length')} characters"
+    if kind in ("too_short", "too_long"):
+        return f"expected {'at least' if kind == 'too_short' else 'at most'} {ctx.get('min_length', ctx.get('max_length'))} items"
+    if kind == "value_error":
+        return str(ctx.get("error", err["msg"]))
+    return _FRIENDLY.get(kind, err["msg"][0].lower() + err["msg"][1:] if err["msg"] else kind)
+
+
+def problems_from(exc: ValidationError, root: type[BaseModel], prefix: tuple[str | int, ...] = ()) -> list[Problem]:
+    out = []
+    for err in exc.errors():
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        message = _message(err, root)
+        if err["type"] not in ("missing", "extra_forbidden") and "input" in err and not isinstance(err["input"], dict):
+            message += f" (got {_show(err['input'])})"
+        out.append(Problem((*prefix, *loc), message))
+    return out
+
+
+def _nonfinite(value: Any, path: tuple[str | int, ...], out: list[Problem]) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        out.append(Problem(path, f"{value} is not allowed; give a finite number"))
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _nonfinite(v, (*path, str(k)), out)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _nonfinite(v, (*path, i), out)
+
+
+# ----------------------------------------------------------------------------------------------
+# Checks that span sections or touch the filesystem
+
+FILE_SOURCES = ("text", "jsonl", "parquet", "tokens", "images")
+
+
+def _data_problems(data: DataConfig, base: Path) -> list[Problem]:
+    out: list[Problem] = []
+    if data.source in FILE_SOURCES and not data.path:
+        out.append(Problem(("data", "path"), f"required for source {data.source!r} (a file, directory or glob)"))
+    for key in ("path", "val_path"):
+        value = getattr(data, key)
+        if value and data.source in FILE_SOURCES:
+            resolved = resolve_path(value, base)
+            if not _exists(resolved):
+                given = "" if resolved == value else f" (given as {value!r}, relative to the working directory)"
+                out.append(Problem(("data", key), f"no such file or directory: {resolved}{given}"))
+    if data.source == "hf" and not data.dataset:
+        out.append(Problem(("data", "dataset"), "required for source 'hf' (a Hugging Face dataset name)"))
+    if data.tokenizer and _looks_local(data.tokenizer):
+        resolved = resolve_path(data.tokenizer, base)
+        if not os.path.exists(resolved):
+            out.append(Problem(("data", "tokenizer"), f"no such file or directory: {resolved}"))
+    return out
+
+
+def _looks_local(name: str) -> bool:
+    return name.startswith((".", "/", "~")) or name.endswith((".json", ".model"))
+
+
+def _exists(path: str) -> bool:
+    if any(ch in path for ch in "*?["):
+        return bool(glob.glob(path, recursive=True))
+    return os.path.exists(path)
+
+
+def resolve_path(value: str, base: Path) -> str:
+    """Relative paths in a sweep file are relative to the working directory of the command."""
+    expanded = os.path.expanduser(value)
+    return expanded if os.path.isabs(expanded) else str((base / expanded).resolve())
+
+
+_STORAGE_SCHEMES = ("sqlite", "postgresql", "postgresql+psycopg2", "mysql", "mysql+pymysql", "oracle")
+
+
+class _Sections:
+    """The top-level sections that validated on their own (cross-checks use only those)."""
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.values = values
+
+    def has(self, *names: str) -> bool:
+        return all(n in self.values for n in names)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def _valid_sections(raw: dict[str, Any], failed: set[str]) -> _Sections:
+    values: dict[str, Any] = {}
+    for name, info in SweepConfig.model_fields.items():
+        if name in failed:
+            continue
+        if name in raw:
+            try:
+                annotation = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+                values[name] = TypeAdapter(annotation).validate_python(raw[name])
+            except ValidationError:
+                continue
+        elif not info.is_required():
+            values[name] = info.get_default(call_default_factory=True)
+    return _Sections(values)
+
+
+def _cross_problems(sec: _Sections, base: Path) -> list[Problem]:
+    out: list[Problem] = []
+    if sec.has("methods"):
+        names = [m.name for m in sec.methods]
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                out.append(Problem(("methods", i, "name"), f"method {name!r} is listed twice; give variants distinct names"))
+        for i, method in enumerate(sec.methods):
+            for section, model in (("lr", LRSection), ("train", TrainConfig), ("divergence", DivergenceConfig)):
+                patch = getattr(method, section)
+                if not patch or not sec.has(section):
+                    continue
+                base_values = getattr(sec, section).model_dump(exclude_none=True)
+                merged = merge_train(base_values, patch) if section == "train" else deep_merge(base_values, patch)
+                try:
+                    model.model_validate(merged)
+                except ValidationError as exc:
+                    out.extend(problems_from(exc, model, ("methods", i, section)))
+    if sec.has("data"):
+        out.extend(_data_problems(sec.data, base))
+    if sec.has("model"):
+        out.extend(_shape_problems(sec.model))
+    if sec.has("model", "data"):
+        data, model = sec.data, sec.model
+        byte_level = data.tokenizer is None and data.source not in ("tokens", "hf", "images", "builtin_images")
+        if isinstance(model.vocab, int) and byte_level and model.vocab < BYTE_VOCAB:
+            out.append(Problem(("model", "vocab"), f"byte-level data needs vocab ≥ {BYTE_VOCAB} (got {model.vocab})"))
+        if isinstance(model.vocab, int) and model.vocab > MAX_VOCAB:
+            out.append(Problem(("model", "vocab"), f"must be ≤ {MAX_VOCAB} (got {model.vocab})"))
+        if data.source == "tokens" and model.vocab == "auto":
+            out.append(Problem(("model", "vocab"), "give the vocabulary size for pre-tokenized data (source 'tokens')"))
+        image_data = data.source in ("images", "builtin_images")
+        if model.family == "vit" and not image_data:
+            out.append(Problem(("data", "source"), f"the vit family trains on images or builtin_images (got {data.source!r})"))
+        if model.family != "vit" and image_data:
+            out.append(Problem(("data", "source"), f"image data needs model.family: vit (got {model.family!r})"))
+    if sec.has("resources"):
+        res = sec.resources
+        if res.cpu == 0 and res.gpu == 0 and not res.custom:
+            out.append(Problem(("resources",), "a trial must ask for some cpu, gpu or custom resource"))
+        for i, rule in enumerate(res.by_size):
+            if rule.gpu is not None and rule.gpu > 1 and rule.gpu != int(rule.gpu):
+                out.append(Problem(("resources", "by_size", i, "gpu"), "a GPU count above 1 must be whole"))
+            if not sec.has("model"):
+                continue
+            size_names = {s.name for s in sec.model.sizes or []}
+            if rule.sizes is not None:
+                unknown = [s for s in rule.sizes if s not in size_names]
+                if unknown:
+                    out.append(Problem(("resources", "by_size", i, "sizes"), f"not among model.sizes: {', '.join(unknown)}"))
+            if rule.max_depth is not None and sec.model.depths is None:
+                out.append(Problem(("resources", "by_size", i, "max_depth"), "only for a depth sweep (model.depths)"))
+        if sec.has("train") and sec.train.device == "cuda" and res.gpu == 0 and not any((r.gpu or 0) > 0 for r in res.by_size):
+            out.append(Problem(("train", "device"), "'cuda' needs resources.gpu > 0 (Ray hides GPUs from trials without)"))
+    if sec.has("ledger") and sec.ledger != "sqlite":
+        scheme = sec.ledger.split(":", 1)[0].lower()
+        if scheme != "journal" and scheme not in _STORAGE_SCHEMES:
+            out.append(
+                Problem(("ledger",), "expected 'sqlite', 'journal:PATH' or an Optuna storage URL such as "
+                        f"postgresql://user@host/db (got {sec.ledger!r})")
+            )
+    if sec.has("ray"):
+        address = sec.ray.address
+        if address and not re.match(r"^(auto|ray://\S+|[A-Za-z0-9_.\-\[\]:]+:\d+)$", address):
+            out.append(Problem(("ray", "address"), f"expected 'auto', HOST:PORT or ray://HOST:PORT (got {address!r})"))
+        if address and (sec.ray.num_cpus or sec.ray.num_gpus is not None):
+            out.append(Problem(("ray",), "num_cpus/num_gpus describe a local Ray; drop them when giving an address"))
+    if sec.has("output") and sec.output is not None and not sec.output.strip():
+        out.append(Problem(("output",), "must not be empty"))
+    return out
+
+
+def _shape_problems(model: ModelSection) -> list[Problem]:
+    if model.sizes is None:
+        shapes = [(("model", "heads"), model.width, model.heads)]
+    else:
+        shapes = [(("model", "sizes", i), s.shape().width, s.shape().heads) for i, s in enumerate(model.sizes)]
+    out = []
+    for path, width, heads in shapes:
+        if width % heads:
+            out.append(Problem(path, f"width {width} is not divisible by heads {heads}"))
+        elif (width // heads) % 2:
+            out.append(Problem(path, f"head size {width // heads} (width/heads) must be even for rotary embeddings"))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Entry points
+
+
+@dataclass
+class Validated:
+    config: SweepConfig
+    source: Path
+    warnings: list[str] = field(default_factory=list)
+
+
+def _warnings(cfg: SweepConfig) -> list[str]:
+    out = []
+    if cfg.data.source == "hf" or (cfg.data.tokenizer and not _looks_local(cfg.data.tokenizer)):
+        missing = [m for m in ("datasets", "tokenizers", "transformers") if importlib.util.find_spec(m) is None]
+        if missing:
+            out.append(
+                f"data: needs the hf extra ({', '.join(missing)} not installed here): "
+                "pip install 'layerrope-sweeper[hf]' on the machines that run trials"
+            )
+    if cfg.ledger.startswith(("postgresql", "mysql")):
+        driver = "psycopg2" if cfg.ledger.startswith("postgresql") else "pymysql"
+        if importlib.util.find_spec(driver) is None:
+            out.append(f"ledger: the {driver} driver is not installed here")
+    return out
+
+
+def validate_data(raw: Any, *, base: Path | None = None, lines: LoadedYaml | None = None) -> SweepConfig:
+    """Validate a parsed sweep document; raises UserError with every problem at once."""
+    base = base or Path.cwd()
+    problems: list[Problem] = []
+    if raw is None:
+        raise UserError("empty sweep; it needs at least `name`, `methods`, `model` and `train`")
+    if not isinstance(raw, dict):
+        raise UserError(f"the top level must be a mapping of keys (got a {type(raw).__name__})")
+    bad_keys = [k for k in raw if not isinstance(k, str)]
+    for k in bad_keys:
+        problems.append(Problem((), f"keys must be text (got {_show(k)})"))
+    _nonfinite(raw, (), problems)
+    cfg: SweepConfig | None = None
+    failed: set[str] = set()
+    try:
+        cfg = SweepConfig.model_validate(raw)
+    except ValidationError as exc:
+        seen = {p.path for p in problems}
+        found = problems_from(exc, SweepConfig)
+        problems.extend(p for p in found if p.path not in seen)
+        failed = {str(p.path[0]) for p in found if p.path}
+    sections = _Sections(dict(cfg)) if cfg is not None else _valid_sections(raw, failed)
+    problems.extend(_cross_problems(sections, base))
+    if problems:
+        if lines is not None:
+            problems.sort(key=lambda p: lines.line_of(p.path) or 0)
+        raise _user_error(problems, lines)
+    assert cfg is not None
+    return cfg
+
+
+def _user_error(problems: list[Problem], lines: LoadedYaml | None, source: str | None = None) -> UserError:
+    rendered = []
+    for p in problems:
+        line = lines.line_of(p.path) if lines else None
+        where = f"{source}:{line}: " if source and line else (f"{source}: " if source else (f"line {line}: " if line else ""))
+        rendered.append(f"{where}{p.dotted()}: {p.message}")
+    if len(rendered) == 1:
+        return UserError(rendered[0])
+    head = f"{source}: {len(rendered)} problems" if source else f"{len(rendered)} problems"
+    return UserError(head, details=rendered)
+
+
+def load_sweep(path: str | os.PathLike[str], *, base: Path | None = None) -> Validated:
+    """Read, parse and validate a sweep file."""
+    source = Path(path)
+    label = str(path)
+    try:
+        loaded = load_file(source)
+    except YamlProblem as exc:
+        raise UserError(f"{label}: {exc.message}") from None
+    try:
+        cfg = validate_data(loaded.data, base=base, lines=loaded)
+    except UserError as exc:
+        raise _relabel(exc, label) from None
+    return Validated(cfg, source, _warnings(cfg))
+
+
+def _relabel(exc: UserError, label: str) -> UserError:
+    def fix(line: str) -> str:
+        if line.startswith("line "):
+            number, _, rest = line[5:].partition(": ")
+            return f"{label}:{number}: {rest}"
+        return f"{label}: {line}"
+
+    if exc.details:
+        return UserError(fix(exc.message), details=[fix(d) for d in exc.details])
+    return UserError(fix(exc.message))
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON Schema of the sweep file (for editors: yaml-language-server, VS Code)."""
+    schema = SweepConfig.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://layerrope-sweeper/sweep.schema.json"
+    return schema
