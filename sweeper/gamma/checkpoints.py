@@ -272,10 +272,13 @@ def _model_layer_gains(model_dict: dict[str, Any], weights: Path) -> dict[str, n
         cfg = ModelConfig.from_dict(model_dict)
     except (TypeError, ValueError) as exc:
         raise UserError(f"{weights.parent}/config.json: `model` is not a valid ModelConfig ({exc})") from None
-    model = build_model(cfg, stack=1, seed=0)
+    try:
+        model = build_model(cfg, stack=1, seed=0)
+    except ValueError as exc:
+        raise UserError(f"{weights.parent}/config.json: cannot build the model ({exc})") from None
     try:
         model.load_member_state_dict(0, load_file(str(weights)))
-    except (RuntimeError, KeyError) as exc:
+    except (ValueError, RuntimeError, KeyError) as exc:
         first = str(exc).splitlines()[0]
         raise UserError(f"{weights}: weights do not fit the model in config.json ({first})") from None
     with torch.no_grad():
@@ -297,11 +300,13 @@ def read_project_export(folder: Path, *, suffix: str = "", build: BuildGains = _
         raise UserError(f"{folder}: the model reports no per-layer gains (scheme {model_dict.get('scheme')!r})")
     scheme = str(model_dict.get("scheme", "?"))
     depth = int(model_dict.get("depth", 0))
-    sites = {
-        site: SiteGains(np.arange(1, g.shape[0] + 1, dtype=np.int64), np.asarray(g, dtype=np.float64))
-        for site, g in per_site.items()
-    }
-    n_layers = max(s.gains.shape[0] for s in sites.values())
+    sites = {}
+    for site, gains in per_site.items():
+        gains = np.asarray(gains, dtype=np.float64)
+        present = ~np.isnan(gains).all(axis=1)  # a site that exists only in some layers (Mix-LN) is NaN elsewhere
+        if present.any():
+            sites[site] = SiteGains(np.flatnonzero(present) + 1, gains[present])
+    n_layers = max(g.shape[0] for g in per_site.values())
     lr = config.get("lr")
     label = f"{scheme} L{depth}" + (f" lr={float(lr):.3g}" if isinstance(lr, (int, float)) else "") + suffix
     notes = ["effective gains from model.layer_gains()"]
