@@ -45,6 +45,9 @@ class DataConfig(StrictModel):
     streaming: bool = True
     val_fraction: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.05
     seed: int = 0
+    shuffle_buffer: PositiveInt = 10_000  # `hf` streaming: documents in the shuffle buffer
+    synthetic_vocab: Annotated[int, Field(ge=2, le=65536)] = 64  # `synthetic`: alphabet size
+    synthetic_tokens: Annotated[int, Field(ge=1024)] = 65_536  # `synthetic`: tokens generated (train + val)
 
 
 class OptimizerConfig(StrictModel):
@@ -82,6 +85,8 @@ class TrainConfig(StrictModel):
     compile: bool = False
     threads: PositiveInt | None = None  # torch intra-op threads; None: the trial's CPU share
     objective: Literal["loss", "error"] = "loss"  # error: 1 - top-1 accuracy (ViT)
+    budget_params: Literal["total", "nonembed"] = "total"  # which parameter count tokens_per_param multiplies (per member)
+    drop_diverged: bool = True  # rebuild the stack without diverged members so they cost no compute
 
     @model_validator(mode="after")
     def _one_budget(self) -> "TrainConfig":
@@ -100,3 +105,4 @@ class DivergenceConfig(StrictModel):
     init_loss_margin: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0  # diverged if smoothed > init + margin after warmup
     spike_factor: Annotated[float, Field(gt=1, allow_inf_nan=False)] = 1.5  # a spike: loss > factor * best smoothed loss
     spike_patience: PositiveInt = 50  # steps a spike may last before it counts as divergence
+    explode_factor: Annotated[float, Field(gt=1, allow_inf_nan=False)] | None = 3.0  # loss > factor * init loss: diverged at once, even in warmup; None disables

@@ -1,0 +1,54 @@
+"""Token sources of a trial, behind one interface (`TokenSource`, `BatchStream`).
+
+`open_source(cfg)` picks the source named by `DataConfig.source`:
+`builtin` (the interpreter's stdlib sources, bytes), `text` / `jsonl` / `parquet` (local files),
+`tokens` (pre-tokenized binaries), `hf` (Hugging Face datasets, optional extra) and
+`synthetic` (tests). Every source has a vocabulary size and a fingerprint that is stored with
+each result, and gives training batches in an order fixed by a seed with an exact position.
+"""
+
+from __future__ import annotations
+
+from trials.config import DataConfig
+from trials.data.base import ArrayTokenSource, BatchStream, TokenSource, cache_root
+from trials.errors import TrialInputError
+
+__all__ = ["ArrayTokenSource", "BatchStream", "TokenSource", "cache_root", "open_source", "check_vocab"]
+
+
+def open_source(cfg: DataConfig) -> TokenSource:
+    """The token source for `cfg` (heavy work is done once and cached; see each module)."""
+    if cfg.source == "builtin":
+        from trials.data.builtin import builtin_source
+
+        if cfg.tokenizer is not None:
+            raise TrialInputError("data.tokenizer: the built-in corpus is byte-level; leave tokenizer unset")
+        return builtin_source(cfg.val_fraction)
+    if cfg.source in ("text", "jsonl", "parquet"):
+        from trials.data.local import text_source
+
+        return text_source(cfg)
+    if cfg.source == "tokens":
+        from trials.data.local import tokens_source
+
+        return tokens_source(cfg)
+    if cfg.source == "hf":
+        from trials.data.hf import hf_source
+
+        return hf_source(cfg)
+    if cfg.source == "synthetic":
+        from trials.data.synthetic import synthetic_source
+
+        return synthetic_source(cfg)
+    raise TrialInputError(
+        f"data.source {cfg.source!r}: image sources belong to the ViT family, which this build of trials does not train yet"
+    )
+
+
+def check_vocab(model_vocab: int, source: TokenSource) -> None:
+    """The model must have an output for every token id the data can contain."""
+    if model_vocab < source.vocab:
+        raise TrialInputError(
+            f"model.vocab {model_vocab} is smaller than the data's vocabulary {source.vocab} "
+            f"({source.description}); set model.vocab >= {source.vocab}"
+        )

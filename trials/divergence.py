@@ -1,0 +1,110 @@
+"""Divergence rules for the members of a trial (pure Python: no torch, no Ray).
+
+A member is diverged, with the step and a reason recorded, as soon as one rule fires:
+1. `non-finite`: its training loss is NaN or Inf.
+2. `exploded`: its loss exceeds `explode_factor` x its initial loss (at any step, warmup included).
+3. `above-init`: after warmup, its smoothed loss (EMA, coefficient `ema`) is above its initial
+   loss + `init_loss_margin` (the loss at initialisation is ~ln(vocab)).
+4. `spike`: its loss rose above `spike_factor` x its best smoothed loss so far and did not come
+   back below that level within `spike_patience` steps.
+Spikes that recover are counted (`spikes`), not treated as divergence.
+
+The initial loss of a member is its first observed loss (step 0, before any update).
+A diverged member is never observed again; its verdict is final.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from trials.config import DivergenceConfig
+
+
+@dataclass
+class MemberWatch:
+    init_loss: float | None = None
+    ema: float | None = None
+    best_ema: float = math.inf
+    spike_since: int | None = None  # step the current unrecovered spike began
+    spikes: int = 0
+    diverged_step: int | None = None
+    reason: str | None = None
+
+    @property
+    def diverged(self) -> bool:
+        return self.diverged_step is not None
+
+
+class DivergenceMonitor:
+    def __init__(self, cfg: DivergenceConfig, n_members: int, warmup_steps: int) -> None:
+        self.cfg = cfg
+        self.warmup_steps = warmup_steps
+        self.members = [MemberWatch() for _ in range(n_members)]
+
+    @property
+    def diverged(self) -> list[bool]:
+        return [m.diverged for m in self.members]
+
+    def observe(self, step: int, losses: Mapping[int, float]) -> list[int]:
+        """Record the training losses of `step` (member index -> loss); return the members that diverged now."""
+        newly = []
+        for i, loss in losses.items():
+            m = self.members[i]
+            if m.diverged:
+                continue
+            reason = self._check(m, step, float(loss))
+            if reason is not None:
+                m.diverged_step, m.reason = step, reason
+                newly.append(i)
+        return newly
+
+    def _check(self, m: MemberWatch, step: int, loss: float) -> str | None:
+        cfg = self.cfg
+        if not math.isfinite(loss):
+            return f"non-finite: training loss is {loss} at step {step}"
+        if m.init_loss is None:
+            m.init_loss = loss
+        if cfg.explode_factor is not None and loss > cfg.explode_factor * m.init_loss:
+            return (
+                f"exploded: training loss {loss:.4g} > {cfg.explode_factor:g} x initial loss {m.init_loss:.4g} "
+                f"at step {step}"
+            )
+        m.ema = loss if m.ema is None else cfg.ema * m.ema + (1.0 - cfg.ema) * loss
+        m.best_ema = min(m.best_ema, m.ema)
+        if step >= self.warmup_steps and m.ema > m.init_loss + cfg.init_loss_margin:
+            return (
+                f"above-init: smoothed training loss {m.ema:.4g} > initial loss {m.init_loss:.4g}"
+                + (f" + {cfg.init_loss_margin:g}" if cfg.init_loss_margin else "")
+                + f" after warmup, at step {step}"
+            )
+        threshold = cfg.spike_factor * m.best_ema
+        if loss > threshold:
+            if m.spike_since is None:
+                m.spike_since = step
+                m.spikes += 1
+            elif step - m.spike_since >= cfg.spike_patience:
+                return (
+                    f"spike: training loss {loss:.4g} still > {cfg.spike_factor:g} x best smoothed loss "
+                    f"{m.best_ema:.4g} at step {step}, {step - m.spike_since} steps after the spike began"
+                )
+        else:
+            m.spike_since = None
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"warmup_steps": self.warmup_steps, "members": [_json_safe(asdict(m)) for m in self.members]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.warmup_steps = int(state["warmup_steps"])
+        self.members = [MemberWatch(**_from_json(m)) for m in state["members"]]
+
+
+def _json_safe(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: ("inf" if isinstance(v, float) and math.isinf(v) else v) for k, v in d.items()}
+
+
+def _from_json(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: (math.inf if v == "inf" else v) for k, v in d.items()}
