@@ -197,11 +197,12 @@ def read_hf(path: Path) -> list[ModelGains]:
     try:
         stacks = detect_layouts(store.names, config)
     except UnknownLayout as exc:
+        mtype = model_type(config)
         raise UserError(
-            f"{path}: unknown checkpoint layout: no per-layer norm gains under a known naming "
-            f"({len(exc.names)} tensors; a sample follows)",
-            details=[f"  {n}" for n in sample_names(exc.names)]
-            + ["known per-layer norm names: see `sweeper gamma --help` (LLaMA/Gemma/OLMo-2/GPT-NeoX/Phi/BERT/...)"],
+            f"{path}: unknown checkpoint layout{f' (model_type {mtype})' if mtype else ''}: no per-layer "
+            f"norm gains under a known naming among its {len(exc.names)} tensors, which include:",
+            details=[f"  tensor {n}" for n in sample_names(exc.names)]
+            + ["the known per-layer norm names are listed by `sweeper gamma --help`"],
         ) from None
     base_name = _display_name(path)
     source = "safetensors" if store.kinds == {"safetensors"} else "torch"
