@@ -1,0 +1,1 @@
+"""Power-law fits of sweep results (pure numpy/scipy; neither Ray nor torch)."""
