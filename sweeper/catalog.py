@@ -1,10 +1,10 @@
 """Names the sweep schema accepts, known without importing torch.
 
-`sweeper validate` must answer in well under a second, so it cannot import `models`
-(which imports torch). Scheme names are read from the source of `models/schemes/*.py`
-(each scheme file registers itself with `@register_scheme("name")`); named model sizes
-are a static table. Both are checked against the real registries by
-tests/sweeper/test_catalog.py, so they cannot drift.
+`sweeper validate` must answer in well under a second, so it cannot import the scheme
+modules (which import torch). Scheme names are read from the source of
+`models/schemes/*.py` (each scheme file registers itself with `@register_scheme("name")`)
+and checked against the real registry by tests/sweeper/test_catalog.py, so they cannot
+drift. Named model sizes come from `models.named`, which imports no torch.
 """
 
 from __future__ import annotations
@@ -32,12 +32,16 @@ class NamedShape:
     mlp_hidden: int
 
 
-NAMED_SIZES: dict[str, NamedShape] = {
-    "58M": NamedShape(width=512, depth=8, heads=8, mlp_hidden=1376),
-    "130M": NamedShape(width=768, depth=12, heads=12, mlp_hidden=2048),
-    "350M": NamedShape(width=1024, depth=24, heads=16, mlp_hidden=2752),
-    "1.3B": NamedShape(width=2048, depth=24, heads=32, mlp_hidden=5472),
-}
+@lru_cache(maxsize=1)
+def named_sizes() -> dict[str, NamedShape]:
+    """The named model sizes of `models.named` (a torch-free module) by name."""
+    from models.config import swiglu_hidden
+    from models.named import named_configs
+
+    return {
+        name: NamedShape(width=c.width, depth=c.depth, heads=c.n_heads, mlp_hidden=c.mlp_hidden or swiglu_hidden(c.width))
+        for name, c in named_configs().items()
+    }
 
 
 def _schemes_dir() -> Path | None:

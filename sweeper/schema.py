@@ -206,22 +206,22 @@ class SizeSpec(Strict):
 
     @model_validator(mode="after")
     def _resolvable(self) -> "SizeSpec":
-        if self.name in catalog.NAMED_SIZES:
+        if self.name in catalog.named_sizes():
             return self
         missing = [k for k in ("width", "depth", "heads") if getattr(self, k) is None]
         if missing:
-            hint = catalog.suggest(self.name, list(catalog.NAMED_SIZES))
+            hint = catalog.suggest(self.name, list(catalog.named_sizes()))
             raise PydanticCustomError(
                 "unknown_size",
                 _literal(
-                    f"unknown named size {self.name!r}{hint} (known: {', '.join(catalog.NAMED_SIZES)}); "
+                    f"unknown named size {self.name!r}{hint} (known: {', '.join(catalog.named_sizes())}); "
                     "a custom size gives width, depth and heads"
                 ),
             )
         return self
 
     def shape(self) -> catalog.NamedShape:
-        base = catalog.NAMED_SIZES.get(self.name)
+        base = catalog.named_sizes().get(self.name)
         width = self.width or (base.width if base else 0)
         return catalog.NamedShape(
             width=width,

@@ -47,7 +47,7 @@ FITS = "fits.json"
 
 POINT_STATES = ("queued", "running", "ok", "diverged", "failed")
 FINISHED_STATES = ("ok", "diverged", "failed")
-CELL_STATUSES = ("pending", "running", "bracketed", "edge", "diverged")
+CELL_STATUSES = ("pending", "running", "bracketed", "edge", "diverged", "failed")  # failed: every point crashed
 
 POINTS_SCHEMA: dict[str, pl.DataType] = {
     "seq": pl.Int64,  # write order; the last row of a point_id is its current state

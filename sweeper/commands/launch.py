@@ -1,0 +1,155 @@
+"""`sweeper launch SWEEP.yaml [--address ADDR] [--dry-run]`: run (or resume, or extend) a sweep."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+DEFAULT_THROUGHPUT = 2e14  # FLOP/s per GPU for --dry-run estimates: ~25% of an H100/H200's dense bf16 peak
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "launch",
+        help="run a sweep (relaunch the same YAML to resume; add methods, sizes or seeds to extend it)",
+        description=(
+            "Run every cell's learning-rate sweep until its optimum is bracketed. Relaunching the same YAML "
+            "resumes: finished points are never retrained and in-flight trials continue from their checkpoints."
+        ),
+    )
+    parser.add_argument("file", help="the sweep YAML file")
+    parser.add_argument("--address", help="join an existing Ray cluster ('auto', HOST:PORT or ray://HOST:PORT)")
+    parser.add_argument("--output", help="sweep directory (overrides the YAML's `output`)")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan (cells, grids, FLOPs, GPU-hours) and exit")
+    parser.add_argument("--throughput", type=float, default=DEFAULT_THROUGHPUT,
+                        help=f"FLOP/s per GPU assumed by --dry-run (default {DEFAULT_THROUGHPUT:.0e})")
+    parser.add_argument("--retry-failed", action="store_true", help="run failed points again")
+    parser.add_argument("--json", action="store_true", help="print the plan or the final summary as JSON")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    started = time.time()
+    from pathlib import Path
+
+    from sweeper.errors import UserError
+    from sweeper.planner import build_plan
+    from sweeper.schema import load_sweep
+
+    if args.throughput is not None and not args.throughput > 0:
+        raise UserError(f"--throughput: must be > 0 FLOP/s (got {args.throughput})")
+    validated = load_sweep(args.file)
+    from sweeper.display import make_console
+
+    console = make_console(stderr=args.json)
+    for warning in validated.warnings:
+        console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+    plan = build_plan(validated.config, output=args.output, source=Path(args.file))
+    if args.dry_run:
+        return dry_run(plan, args.throughput, as_json=args.json, console=console)
+    from sweeper.driver import launch
+
+    summary = launch(plan, address=args.address, retry_failed=args.retry_failed, console=console, started=started)
+    if args.json:
+        print(json.dumps(summary.to_dict(), indent=2, default=str))
+    else:
+        print_summary(summary, console)
+    return 130 if summary.interrupted else 0
+
+
+def print_summary(summary: Any, console: Any) -> None:
+    from sweeper.table import counts_line
+
+    done = sum(summary.counts.values())
+    verb = "stopped" if summary.interrupted else "finished"
+    console.print(f"[bold]Sweep {verb}[/]: {counts_line(summary.counts)} ({done} cells) in {summary.sweep_dir}")
+    ratio = f"{summary.wall_seconds / summary.train_seconds:.2f}" if summary.train_seconds else "—"
+    console.print(
+        f"wall {summary.wall_seconds:.1f} s (Ray start {summary.ray_start_seconds:.1f} s); "
+        f"training {summary.train_seconds:.1f} s summed over {summary.trials} trials on {summary.slots} slots: "
+        f"{100 * summary.utilisation:.0f}% of the slot-time spent training (wall / summed training = {ratio})",
+        highlight=False,
+    )
+    resumed = summary.resumed
+    if any(resumed.get(k) for k in ("finished", "resumed", "rerun", "retried")):
+        console.print(
+            f"from earlier launches: {resumed.get('finished', 0)} finished points kept, "
+            f"{resumed.get('resumed', 0)} resumed from checkpoints, {resumed.get('rerun', 0)} re-run, "
+            f"{resumed.get('retried', 0)} failed points retried",
+            highlight=False,
+        )
+    if summary.interrupted:
+        console.print("relaunch the same command to resume")
+    else:
+        console.print(f"next: sweeper optima {summary.sweep_dir}", highlight=False)
+
+
+def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any) -> int:
+    from rich.table import Table
+
+    from sweeper.bracketing import initial_grid
+
+    rows = []
+    for cell in plan.cells:
+        grid = initial_grid(cell.policy)
+        flops_point = cell.flops_per_token * cell.tokens_per_point
+        rows.append({
+            "cell_id": cell.cell_id, "method": cell.method, "size": cell.size, "seed": cell.seed, "depth": cell.depth,
+            "width": cell.width, "params": cell.params, "params_nonembed": cell.params_nonembed,
+            "tokens_per_point": cell.tokens_per_point, "steps_per_point": cell.steps_per_point,
+            "flops_per_point": flops_point, "initial_grid": grid, "max_points": cell.policy.max_points,
+            "resources": cell.resources, "prior": cell.prior,
+        })
+    initial = sum(r["flops_per_point"] * len(r["initial_grid"]) for r in rows)
+    cap = sum(r["flops_per_point"] * r["max_points"] for r in rows)
+    totals = {
+        "cells": len(rows), "initial_points": sum(len(r["initial_grid"]) for r in rows),
+        "initial_flops": initial, "cap_flops": cap, "throughput_flops_per_gpu": throughput,
+        "initial_gpu_hours": initial / throughput / 3600, "cap_gpu_hours": cap / throughput / 3600,
+        "sweep_dir": str(plan.sweep_dir), "stack": plan.config.stack, "concurrency": plan.config.concurrency,
+    }
+    if as_json:
+        print(json.dumps({"cells": rows, "totals": totals}, indent=2, default=str))
+        return 0
+    table = Table(title=f"{plan.config.name}: plan (dry run, nothing is written)", title_justify="left",
+                  header_style="bold")
+    for name in ("method", "size", "seeds", "params", "tokens/pt", "steps", "FLOPs/pt", "initial grid", "resources"):
+        table.add_column(name, justify="left" if name in ("method", "size", "initial grid", "resources") else "right")
+    seen = set()
+    for r in rows:
+        key = (r["method"], r["size"])
+        if key in seen:
+            continue
+        seen.add(key)
+        seeds = [x["seed"] for x in rows if (x["method"], x["size"]) == key]
+        grid = r["initial_grid"]
+        prior = " (prior: extrapolate may narrow it)" if r["prior"] == "extrapolate" else ""
+        table.add_row(
+            r["method"], r["size"], ",".join(map(str, seeds)), _si(r["params"]), _si(r["tokens_per_point"]),
+            str(r["steps_per_point"]), f"{r['flops_per_point']:.3g}",
+            f"{len(grid)} × {grid[0]:.3g}…{grid[-1]:.3g}{prior}" if grid else "—",
+            ", ".join(f"{k}={_resource(k, v)}" for k, v in r["resources"].items()),
+        )
+    console.print(table)
+    console.print(
+        f"{totals['cells']} cells, {totals['initial_points']} points in the initial grids: "
+        f"{initial:.3g} training FLOPs = {totals['initial_gpu_hours']:.3g} GPU-hours at {throughput:.3g} FLOP/s per GPU; "
+        f"at most {cap:.3g} FLOPs ({totals['cap_gpu_hours']:.3g} GPU-hours) if every cell reached its trial cap",
+        highlight=False,
+    )
+    console.print(f"stack: {plan.config.stack}, concurrency: {plan.config.concurrency}; output: {plan.sweep_dir}",
+                  highlight=False)
+    return 0
+
+
+def _si(n: float) -> str:
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return str(int(n))
+
+
+def _resource(key: str, value: float) -> str:
+    return f"{value / 2**30:.3g}GiB" if key == "memory" else f"{value:g}"

@@ -1,0 +1,384 @@
+"""`sweeper launch`: plan the cells, prepare the sweep directory, run the sweep on Ray Tune.
+
+Order of work (nothing is written until every check has passed):
+1. validate the YAML and plan the cells (`sweeper.schema`, `sweeper.planner`);
+2. if the sweep directory exists: refuse settings that would mix incompatible results
+   (per-cell fingerprints in the manifest), allow new methods, sizes and seeds;
+3. write the manifest and a copy of the YAML; open the ledger (the record) and the store
+   (rebuilt from the ledger if damaged);
+4. start or join Ray; restore the last Tune experiment when it holds unfinished trials
+   (they continue from their checkpoints), else start a new one; points the ledger shows
+   active but no restored trial holds are re-run;
+5. one Tuner: the custom Searcher proposes stacks, the Callback records everything;
+   a live table per cell; Ctrl-C stops cleanly (the next launch resumes);
+6. a summary: wall time, summed training time, utilisation of the trial slots.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sweeper.errors import UserError
+from sweeper.planner import Plan, compat_diff, fingerprint_of
+from sweeper.store import MANIFEST, STORE_VERSION, is_sweep_dir, read_manifest, write_json_atomic
+
+ENV_DEFAULTS = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",  # our store replaces Tune's CSV/JSON/TensorBoard loggers
+    "TUNE_GLOBAL_CHECKPOINT_S": "2",  # experiment snapshots: how stale a restore can be
+    "RAY_CHDIR_TO_TRIAL_DIR": "0",
+    "RAY_AIR_NEW_OUTPUT": "0",
+    "TUNE_DISABLE_STRICT_METRIC_CHECKING": "1",
+    "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "1000000",
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# The sweep directory
+
+
+def check_output_dir(plan: Plan) -> dict[str, Any] | None:
+    """The existing manifest, after checking that this plan may continue it; None for a new sweep."""
+    path = plan.sweep_dir
+    if not path.exists():
+        return None
+    if not path.is_dir():
+        raise UserError(f"{path}: exists and is not a directory; choose another output (--output)")
+    if not is_sweep_dir(path):
+        if any(path.iterdir()):
+            raise UserError(f"{path}: exists, is not empty and is not a sweep directory; choose another output (--output)")
+        return None
+    manifest = read_manifest(path)
+    check_compatible(plan, manifest)
+    return manifest
+
+
+def check_compatible(plan: Plan, manifest: dict[str, Any]) -> None:
+    """Refuse a relaunch whose cells would mix incompatible results."""
+    problems: dict[str, list[str]] = {}
+    old_cells = manifest.get("cells") or {}
+    for cell in plan.cells:
+        old = old_cells.get(cell.cell_id)
+        if old and old.get("fingerprint") != cell.fingerprint:
+            diff = "; ".join(compat_diff(old.get("compat") or {}, cell.compat)[:4]) or "settings changed"
+            problems.setdefault(diff, []).append(cell.cell_id)
+    if problems:
+        details = []
+        for diff, cells in problems.items():
+            which = cells[0] if len(cells) == 1 else f"{len(cells)} cells ({cells[0]}, ...)"
+            details.append(f"{which}: {diff}")
+        raise UserError(
+            f"{plan.sweep_dir}: this YAML changes settings of cells that already have results, which would mix "
+            "incomparable results; restore the settings, or give a new output directory (--output)",
+            details=details,
+        )
+    url = manifest.get("ledger")
+    from sweeper.ledger import storage_url
+
+    new_url = storage_url(plan.config.ledger, plan.sweep_dir)
+    if url and plan.config.ledger != "sqlite" and url != new_url:
+        raise UserError(f"ledger: this sweep's ledger is {url}; the YAML names {new_url}")
+
+
+def manifest_for(plan: Plan, old: dict[str, Any] | None, ledger_url: str) -> dict[str, Any]:
+    now = time.time()
+    manifest = dict(old or {})
+    manifest.update(store_version=STORE_VERSION, name=plan.config.name, updated=now, ledger=ledger_url)
+    manifest.setdefault("created", now)
+    manifest.setdefault("corpus", None)
+    cells = dict(manifest.get("cells") or {})
+    for cell in plan.cells:
+        cells[cell.cell_id] = {
+            "fingerprint": cell.fingerprint, "compat": cell.compat, "method": cell.method, "scheme": cell.scheme,
+            "family": cell.family, "size": cell.size, "depth": cell.depth, "width": cell.width, "seed": cell.seed,
+            "x": cell.x, "params": cell.params, "params_nonembed": cell.params_nonembed,
+            "flops_per_token": cell.flops_per_token, "steps": cell.steps_per_point, "tokens": cell.tokens_per_point,
+        }
+    manifest["cells"] = cells
+    shared = {k: plan.cells[0].compat[k] for k in ("data", "divergence")} if plan.cells else {}
+    manifest["compat_key"] = fingerprint_of(shared)
+    manifest["x"] = "depth" if plan.config.model.depths is not None else "params"
+    return manifest
+
+
+def save_yaml_copy(sweep_dir: Path, source: Path | None) -> str | None:
+    """Keep the YAML as launched: sweep.yaml, then sweep.N.yaml whenever it changes."""
+    if source is None:
+        return None
+    text = source.read_text()
+    copies = sorted(sweep_dir.glob("sweep*.yaml"), key=lambda p: _copy_index(p.name))
+    if copies and copies[-1].read_text() == text:
+        return copies[-1].name
+    name = "sweep.yaml" if not copies else f"sweep.{_copy_index(copies[-1].name) + 1}.yaml"
+    (sweep_dir / name).write_text(text)
+    return name
+
+
+def _copy_index(name: str) -> int:
+    parts = name.split(".")
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else 1
+
+
+def open_store(sweep_dir: Path, ledger: Any, messages: list[str]) -> Any:
+    """The store writer; a damaged store is set aside and rebuilt from the ledger."""
+    from sweeper.repair import rebuild_store
+    from sweeper.store import StoreWriter
+
+    try:
+        return StoreWriter(sweep_dir)
+    except UserError as exc:
+        moved = rebuild_store(sweep_dir, ledger)
+        messages.append(f"store was damaged ({exc.message.split(';')[0]}); rebuilt from the ledger, old copy in {moved}")
+        return StoreWriter(sweep_dir)
+
+
+# ----------------------------------------------------------------------------------------------
+# Ray
+
+
+def ensure_ray(address: str | None, plan: Plan) -> bool:
+    """Start or join Ray; returns True when this call started it (and must shut it down)."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    kwargs: dict[str, Any] = {"log_to_driver": False, "configure_logging": True, "logging_level": "ERROR"}
+    if address:
+        try:
+            ray.init(address=address, **kwargs)
+        except Exception as exc:
+            raise UserError(
+                f"ray address {address!r}: cannot connect ({type(exc).__name__}: {str(exc).splitlines()[0]}); "
+                "is the cluster up (`ray status`), and is its auth token available here?"
+            ) from None
+    else:
+        local = plan.config.ray
+        ray.init(num_cpus=local.num_cpus, num_gpus=local.num_gpus, include_dashboard=False, **kwargs)
+    return True
+
+
+def resolve_concurrency(plan: Plan) -> int:
+    """`concurrency: auto` = as many trials as the cluster's resources hold at once."""
+    import ray
+
+    setting = plan.config.concurrency
+    if setting != "auto":
+        return int(setting)
+    total = ray.cluster_resources()
+    fits = []
+    for cell in plan.cells:
+        per = [total.get(k, 0.0) / v for k, v in cell.resources.items() if v > 0]
+        fits.append(int(min(per)) if per else 1)
+    slots = max(1, min(fits) if fits else 1)
+    if not any(total.get(k, 0.0) >= v for cell in plan.cells for k, v in cell.resources.items() if v > 0):
+        needed = plan.cells[0].resources if plan.cells else {}
+        raise UserError(f"resources: a trial asks for {needed} but the Ray cluster has {dict(total)}")
+    return slots
+
+
+def experiment_location(plan: Plan, manifest: dict[str, Any]) -> tuple[str, str | None, str]:
+    """(storage path, experiment to restore or None, name of a new experiment)."""
+    storage = plan.config.ray.storage
+    storage_path = f"{storage.rstrip('/')}/{plan.config.name}" if storage else str(plan.sweep_dir / "ray")
+    tune_info = manifest.get("tune") or {}
+    last = tune_info.get("experiment") if tune_info.get("storage") == storage_path else None
+    index = int(tune_info.get("index", 0)) if last else 0
+    return storage_path, last, f"run-{index + 1}"
+
+
+def unfinished_trials(experiment_path: str) -> dict[str, list[str]] | None:
+    """Tune trials a restore would resume (trial id -> point ids), or None when not restorable."""
+    from ray.tune import ExperimentAnalysis, Tuner
+
+    from sweeper.searcher import point_ids
+
+    try:
+        if not Tuner.can_restore(experiment_path):
+            return None
+        analysis = ExperimentAnalysis(experiment_path)
+    except Exception:
+        return None
+    return {t.trial_id: point_ids(t.config) for t in analysis.trials if t.status not in ("TERMINATED", "ERROR")}
+
+
+def trainable_entry() -> Any:
+    from trials.ray_entry import trainable
+
+    return trainable
+
+
+# ----------------------------------------------------------------------------------------------
+# Launch
+
+
+@dataclass
+class LaunchSummary:
+    sweep_dir: str
+    wall_seconds: float
+    ray_start_seconds: float
+    train_seconds: float
+    slots: int
+    trials: int
+    points_finished: int
+    counts: dict[str, int]
+    resumed: dict[str, int]
+    interrupted: bool
+    experiment: str
+    restored: bool
+    messages: list[str] = field(default_factory=list)
+
+    @property
+    def utilisation(self) -> float:
+        return self.train_seconds / max(1e-9, self.wall_seconds * self.slots)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        out["utilisation"] = self.utilisation
+        out["wall_over_training"] = self.wall_seconds / self.train_seconds if self.train_seconds else None
+        return out
+
+
+def launch(plan: Plan, *, address: str | None = None, retry_failed: bool = False, console: Any = None,
+           started: float | None = None) -> LaunchSummary:
+    started = started or time.time()
+    old_manifest = check_output_dir(plan)
+    for key, value in ENV_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+
+    from sweeper.ledger import Ledger, storage_url
+    from sweeper.state import SweepState
+    from sweeper.store import load_cells, load_points
+
+    sweep_dir = plan.sweep_dir
+    url = storage_url(plan.config.ledger, sweep_dir)
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    manifest = manifest_for(plan, old_manifest, url)
+    yaml_name = save_yaml_copy(sweep_dir, plan.source)
+    write_json_atomic(sweep_dir / MANIFEST, manifest)
+
+    messages: list[str] = []
+    ledger = Ledger(url)
+    try:
+        ledger_points = ledger.load()
+    except Exception as exc:
+        raise UserError(f"ledger {url}: cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
+    store = open_store(sweep_dir, ledger, messages)
+    latest = load_points(sweep_dir)
+    store_states = dict(zip(latest["point_id"].to_list(), latest["state"].to_list())) if latest.height else {}
+    previous_cells = {row["cell_id"]: row for row in load_cells(sweep_dir).to_dicts()}
+
+    ray_started = time.time()
+    started_ray = ensure_ray(address or plan.config.ray.address, plan)
+    import ray  # noqa: F401  (imported by ensure_ray)
+    from ray import tune
+
+    from sweeper.searcher import SweepRecorder, SweepSearcher, SweepStopper, activate, trial_dirname, trial_resources
+
+    ray_seconds = time.time() - ray_started
+    concurrency = resolve_concurrency(plan)
+    storage_path, last_experiment, new_name = experiment_location(plan, manifest)
+    claimed = None
+    if last_experiment:
+        claimed = unfinished_trials(f"{storage_path}/{last_experiment}")
+    restore = bool(claimed)
+
+    state = SweepState(plan, ledger, store, concurrency=concurrency, host_memory=_host_memory())
+    state.expected_corpus = manifest.get("corpus")
+    state.other_cells = {cid: row for cid, row in previous_cells.items() if cid not in state.cells}
+    counts = state.load(ledger_points, claimed or {}, retry_failed=retry_failed, store_states=store_states)
+    state.messages.extend(messages)
+    state.flush(force=True)
+
+    experiment = last_experiment if restore else new_name
+    if not restore:
+        manifest["tune"] = {"storage": storage_path, "experiment": new_name, "index": int(new_name.split("-")[1])}
+    manifest.setdefault("launches", []).append({"started": started, "yaml": yaml_name, "address": address,
+                                                "experiment": experiment, "restored": restore})
+    write_json_atomic(sweep_dir / MANIFEST, manifest)
+
+    trainable = tune.with_resources(trainable_entry(), trial_resources)
+    if restore:
+        tuner = tune.Tuner.restore(f"{storage_path}/{experiment}", trainable=trainable, resume_unfinished=True,
+                                   resume_errored=False, restart_errored=False)
+    else:
+        tuner = tune.Tuner(
+            trainable,
+            tune_config=tune.TuneConfig(search_alg=SweepSearcher(), num_samples=-1, max_concurrent_trials=concurrency,
+                                        reuse_actors=True, trial_dirname_creator=trial_dirname),
+            run_config=tune.RunConfig(
+                name=new_name, storage_path=storage_path, callbacks=[SweepRecorder()], stop=SweepStopper(),
+                verbose=0, failure_config=tune.FailureConfig(max_failures=plan.config.retries),
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=2), log_to_file=False,
+            ),
+        )
+
+    from sweeper.display import LiveDisplay
+
+    display = LiveDisplay(state, console=console)
+    activate(state, hooks=[display.update])
+    previous_term = signal.getsignal(signal.SIGTERM)
+    if hasattr(signal, "SIGTERM") and _main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
+    interrupted = False
+    try:
+        with display:
+            if not state.all_done():
+                tuner.fit()
+            interrupted = not state.all_done()
+            state.stopping = interrupted
+    except KeyboardInterrupt:
+        interrupted = True
+        state.stopping = True
+    finally:
+        state.flush(force=True)
+        activate(None)
+        if _main_thread():
+            signal.signal(signal.SIGTERM, previous_term)
+        if started_ray:
+            import ray as _ray
+
+            _ray.shutdown()
+
+    rows = state.cell_rows()
+    from sweeper.table import status_counts
+
+    if state.expected_corpus and manifest.get("corpus") != state.expected_corpus:
+        manifest["corpus"] = state.expected_corpus
+    summary = LaunchSummary(
+        sweep_dir=str(sweep_dir), wall_seconds=time.time() - started, ray_start_seconds=ray_seconds,
+        train_seconds=state.stats.train_seconds, slots=concurrency, trials=state.stats.trials_started,
+        points_finished=state.stats.points_finished, counts=status_counts(r for r in rows if r["cell_id"] in state.cells),
+        resumed=counts, interrupted=interrupted, experiment=experiment, restored=restore, messages=list(state.messages),
+    )
+    manifest["launches"][-1].update({k: v for k, v in summary.to_dict().items() if k not in ("messages", "sweep_dir")})
+    write_json_atomic(sweep_dir / MANIFEST, manifest)
+    return summary
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _host_memory() -> int | None:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")

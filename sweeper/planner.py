@@ -1,0 +1,275 @@
+"""From a validated sweep file to the list of cells: one per (method, size, seed).
+
+A `Cell` carries everything one trial of it needs (model, training, data and divergence
+settings, its LR policy and Ray resources) plus what the reports need (parameter counts,
+FLOPs per token, the planned tokens per point) and its *compatibility fingerprint*: the
+settings that make two results comparable. A relaunch may add cells, but a cell whose
+fingerprint changed would mix incompatible results, so the driver refuses it.
+
+No torch and no Ray here (parameter counts come from `models.counting`, which reads
+the configuration only).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from models.config import ModelConfig
+from sweeper.bracketing import LRPolicy
+from sweeper.errors import UserError
+from sweeper.schema import BYTE_VOCAB, MethodSpec, SweepConfig, deep_merge, resolve_path
+from trials.config import DataConfig, DivergenceConfig, TrainConfig
+
+# Training settings that change how fast a trial runs, not what it computes.
+NON_RESULT_TRAIN_KEYS = ("device", "compile", "threads", "report_every", "checkpoint_every", "drop_diverged")
+
+
+@dataclass(frozen=True)
+class Cell:
+    cell_id: str  # f"{method}/{size}/s{seed}"
+    method: str
+    scheme: str
+    family: str
+    size: str  # "L48" for a depth, or the named size
+    depth: int
+    width: int
+    seed: int
+    size_rank: int  # 0 for the smallest size of the sweep
+    x: float  # the size on the fits' x axis: depth for a depth sweep, parameters for a ladder
+    model: ModelConfig
+    train: TrainConfig
+    data: DataConfig
+    divergence: DivergenceConfig
+    policy: LRPolicy
+    prior: str
+    resources: dict[str, float]  # Ray resources of one trial: {"CPU": .., "GPU": .., custom..}
+    memory_gb: float | None
+    params: int
+    params_nonembed: int
+    flops_per_token: float
+    tokens_per_point: int
+    steps_per_point: int
+    compat: dict[str, Any] = field(repr=False)
+    fingerprint: str = ""
+
+    def point_id(self, lr: float) -> str:
+        return point_id(self.cell_id, lr)
+
+
+def point_id(cell_id: str, lr: float) -> str:
+    return f"{cell_id}/lr={lr:.6g}"
+
+
+def cell_id(method: str, size: str, seed: int) -> str:
+    return f"{method}/{size}/s{seed}"
+
+
+@dataclass
+class Plan:
+    config: SweepConfig
+    sweep_dir: Path
+    cells: list[Cell]
+    vocab: int
+    source: Path | None = None
+
+    def by_id(self) -> dict[str, Cell]:
+        return {c.cell_id: c for c in self.cells}
+
+
+def sweep_dir_for(cfg: SweepConfig, output: str | None = None, base: Path | None = None) -> Path:
+    base = base or Path.cwd()
+    chosen = output or cfg.output or os.path.join("runs", cfg.name)
+    return Path(resolve_path(chosen, base))
+
+
+def resolved_data(data: DataConfig, base: Path) -> DataConfig:
+    """The data section with local paths made absolute (trials run in other directories)."""
+    updates: dict[str, Any] = {}
+    for key in ("path", "val_path"):
+        value = getattr(data, key)
+        if value:
+            updates[key] = resolve_path(value, base)
+    if data.tokenizer and data.tokenizer.startswith((".", "/", "~")):
+        updates["tokenizer"] = resolve_path(data.tokenizer, base)
+    return data.model_copy(update=updates) if updates else data
+
+
+def resolve_vocab(cfg: SweepConfig, data: DataConfig) -> int:
+    """The model vocabulary: the YAML's, or the data's when `auto`."""
+    if isinstance(cfg.model.vocab, int):
+        return cfg.model.vocab
+    if data.source == "synthetic":
+        return data.synthetic_vocab
+    if data.tokenizer is None and data.source in ("builtin", "text", "jsonl", "parquet"):
+        return BYTE_VOCAB
+    try:
+        from trials.data.tokenizer import load_tokenizer  # type: ignore[attr-defined]
+    except ImportError as exc:  # pragma: no cover - depends on the trials build
+        raise UserError(f"model.vocab: auto needs the tokenizer to be loadable ({exc}); give model.vocab") from None
+    try:
+        return int(load_tokenizer(data.tokenizer).vocab)
+    except Exception as exc:
+        raise UserError(f"data.tokenizer {data.tokenizer!r}: cannot load it to find model.vocab ({exc})") from None
+
+
+def _shapes(cfg: SweepConfig) -> list[tuple[str, int, int, int, int | None]]:
+    """(size label, depth, width, heads, mlp_hidden) for every size of the sweep."""
+    m = cfg.model
+    if m.depths is not None:
+        return [(f"L{d}", d, m.width, m.heads, m.mlp_hidden) for d in m.depths]
+    out = []
+    for size in m.sizes or []:
+        shape = size.shape()
+        out.append((size.name, shape.depth, shape.width, shape.heads, shape.mlp_hidden or size.mlp_hidden))
+    return out
+
+
+def _resources(cfg: SweepConfig, size: str, depth: int) -> tuple[dict[str, float], float | None]:
+    res = cfg.resources
+    cpu, gpu, memory_gb, custom = res.cpu, res.gpu, res.memory_gb, dict(res.custom)
+    for rule in res.by_size:
+        matches = (rule.max_depth is not None and cfg.model.depths is not None and depth <= rule.max_depth) or (
+            rule.sizes is not None and size in rule.sizes
+        )
+        if matches:
+            cpu = rule.cpu if rule.cpu is not None else cpu
+            gpu = rule.gpu if rule.gpu is not None else gpu
+            memory_gb = rule.memory_gb if rule.memory_gb is not None else memory_gb
+            if rule.custom is not None:
+                custom.update(rule.custom)
+            break
+    out: dict[str, float] = {"CPU": float(cpu)}
+    if gpu:
+        out["GPU"] = float(gpu)
+    if memory_gb:
+        out["memory"] = float(memory_gb) * 2**30
+    out.update({k: float(v) for k, v in custom.items()})
+    return out, memory_gb
+
+
+def _tokens(train: TrainConfig, model: ModelConfig, counts: dict[str, int]) -> tuple[int, int]:
+    """(tokens, steps) of one point: the trial's budget rule (whole steps, rounded up)."""
+    per_step = train.batch_size * model.seq_len
+    if train.steps is not None:
+        steps = train.steps
+    elif train.tokens is not None:
+        steps = math.ceil(train.tokens / per_step)
+    else:
+        assert train.tokens_per_param is not None
+        n = counts["nonembed"] if train.budget_params == "nonembed" else counts["total"]
+        steps = math.ceil(train.tokens_per_param * n / per_step)
+    return steps * per_step, steps
+
+
+def compat_of(model: ModelConfig, train: TrainConfig, data: DataConfig, divergence: DivergenceConfig) -> dict[str, Any]:
+    """The settings two results of one cell must share to be comparable."""
+    train_dump = train.model_dump(mode="json")
+    for key in NON_RESULT_TRAIN_KEYS:
+        train_dump.pop(key, None)
+    return {
+        "model": json.loads(json.dumps(model.to_dict(), default=str)),
+        "train": train_dump,
+        "data": data.model_dump(mode="json"),
+        "divergence": divergence.model_dump(mode="json"),
+    }
+
+
+def fingerprint_of(compat: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(compat, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def build_plan(cfg: SweepConfig, *, output: str | None = None, base: Path | None = None,
+               source: Path | None = None) -> Plan:
+    from models.counting import count_params, flops_per_token
+
+    base = base or Path.cwd()
+    data = resolved_data(cfg.data, base)
+    vocab = resolve_vocab(cfg, data)
+    shapes = _shapes(cfg)
+    cells: list[Cell] = []
+    for method in cfg.methods:
+        policy_section = cfg.lr_for(method)
+        policy = policy_section.to_policy()
+        train = cfg.train_for(method)
+        divergence = cfg.divergence_for(method)
+        for rank, (size, depth, width, heads, mlp_hidden) in enumerate(shapes):
+            model = _model_config(cfg, method, depth=depth, width=width, heads=heads, mlp_hidden=mlp_hidden, vocab=vocab)
+            try:
+                counts = count_params(model)
+                fpt = flops_per_token(model)
+            except (ValueError, KeyError) as exc:
+                raise UserError(f"methods: {method.name} at size {size}: {exc}") from None
+            tokens, steps = _tokens(train, model, counts)
+            resources, memory_gb = _resources(cfg, size, depth)
+            compat = compat_of(model, train, data, divergence)
+            for seed in cfg.seeds:
+                cells.append(
+                    Cell(
+                        cell_id=cell_id(method.name, size, seed), method=method.name, scheme=method.scheme_name,
+                        family=cfg.model.family, size=size, depth=depth, width=width, seed=seed, size_rank=rank,
+                        x=float(depth if cfg.model.depths is not None else counts["total"]),
+                        model=model, train=train, data=data, divergence=divergence, policy=policy,
+                        prior=policy_section.prior, resources=resources, memory_gb=memory_gb,
+                        params=counts["total"], params_nonembed=counts["nonembed"], flops_per_token=fpt,
+                        tokens_per_point=tokens, steps_per_point=steps, compat=compat,
+                        fingerprint=fingerprint_of(compat),
+                    )
+                )
+    # size_rank by actual size (a ladder may be listed in any order)
+    order = sorted({(c.x, c.size) for c in cells})
+    rank = {size: i for i, (_, size) in enumerate(order)}
+    cells = [replace(c, size_rank=rank[c.size]) for c in cells]
+    return Plan(cfg, sweep_dir_for(cfg, output, base), cells, vocab, source)
+
+
+def _model_config(cfg: SweepConfig, method: MethodSpec, *, depth: int, width: int, heads: int,
+                  mlp_hidden: int | None, vocab: int) -> ModelConfig:
+    m = cfg.model
+    return ModelConfig(
+        family=m.family, scheme=method.scheme_name, width=width, depth=depth, n_heads=heads, vocab=vocab,
+        seq_len=m.seq_len, init_std=m.init_std, norm_eps=m.norm_eps, mlp_hidden=mlp_hidden, rope_base=m.rope_base,
+        scheme_options=deep_merge(m.scheme_options, method.scheme_options), extra=dict(m.extra),
+    )
+
+
+def compat_diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    """'train.steps: 300 → 400' lines for every setting that differs."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        path = f"{prefix}.{key}" if prefix else key
+        a, b = old.get(key, "(unset)"), new.get(key, "(unset)")
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += compat_diff(a, b, path)
+        elif a != b:
+            out.append(f"{path}: {a!r} → {b!r}")
+    return out
+
+
+def auto_stack(cell: Cell, queued: int, max_stack: int, host_memory_bytes: int | None, concurrency: int) -> int:
+    """How many learning rates one trial of `cell` trains together when `stack: auto`.
+
+    Memory per member ≈ weights, gradients and two Adam moments (16 bytes per parameter)
+    plus activations (≈ 96·width bytes per token per layer in fp32, halved for bf16);
+    the budget is the trial's `memory_gb`, else for GPU trials 80 GiB × its GPU fraction,
+    else an even share of the host's memory. Never more than the queued points.
+    """
+    bytes_act = 96 * cell.width * cell.model.seq_len * cell.train.batch_size * cell.depth
+    if cell.train.dtype == "bf16" or (cell.train.dtype == "auto" and cell.resources.get("GPU")):
+        bytes_act //= 2
+    per_member = 16 * cell.params + bytes_act
+    if cell.memory_gb:
+        budget = cell.memory_gb * 2**30
+    elif cell.resources.get("GPU"):
+        budget = 80 * 2**30 * min(1.0, cell.resources["GPU"])
+    elif host_memory_bytes:
+        budget = 0.5 * host_memory_bytes / max(1, concurrency)
+    else:
+        budget = 4 * 2**30
+    fit = max(1, int(budget // max(1, per_member)))
+    return max(1, min(queued, max_stack, fit))

@@ -1,0 +1,128 @@
+"""Ray Tune adapters: a Searcher, a Stopper and a driver-side Callback over one `SweepState`.
+
+They are deliberately thin: the Searcher asks the state for the next stack of learning
+rates (`suggest` returns a trial config, None to wait, or FINISHED), the Callback feeds it
+every report and trial end (the single writer of ledger and store), and the Stopper ends
+trials whose points are all finished already (a restored trial replaying finished work).
+
+Tune pickles these objects into its experiment state and unpickles them on restore, so
+they hold no state of their own: they reach the sweep through `active()`, which the
+driver sets before `Tuner.fit()`. One sweep runs per driver process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ray.tune import Callback
+from ray.tune.search import Searcher
+from ray.tune.stopper import Stopper
+
+from sweeper.state import FINISHED, SweepState
+
+_ACTIVE: SweepState | None = None
+_HOOKS: list[Any] = []  # called with the state after every Tune loop step (the live display)
+
+
+def activate(state: SweepState | None, hooks: list[Any] | None = None) -> None:
+    global _ACTIVE
+    _ACTIVE = state
+    _HOOKS[:] = list(hooks or [])
+
+
+def active() -> SweepState:
+    if _ACTIVE is None:
+        raise RuntimeError("no sweep is active in this process (sweeper.searcher.activate was not called)")
+    return _ACTIVE
+
+
+def point_ids(config: dict[str, Any] | None) -> list[str]:
+    spec = (config or {}).get("spec") or {}
+    return list(spec.get("point_ids") or [])
+
+
+class SweepSearcher(Searcher):
+    """Suggests stacks of one cell's learning rates until every cell is done."""
+
+    def __init__(self) -> None:
+        super().__init__(metric=None, mode=None)
+
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
+        return True
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        result = active().next_stack(trial_id)
+        return Searcher.FINISHED if result == FINISHED else result
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        """Outcomes are recorded by `SweepRecorder` (it sees the trial's config and error text)."""
+
+    def save(self, checkpoint_path: str) -> None:
+        # The queue lives in the ledger and is rebuilt by the driver on every launch.
+        Path(checkpoint_path).write_text(json.dumps({"searcher": "layerrope-sweeper", "version": 1}))
+
+    def restore(self, checkpoint_path: str) -> None:
+        return None
+
+
+class SweepStopper(Stopper):
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        return active().should_stop(trial_id, point_ids(result.get("config")))
+
+    def stop_all(self) -> bool:
+        return False
+
+
+def _error_text(trial: Any) -> str:
+    """The last line of the trial's traceback (the exception), for the point's `reason`."""
+    path = getattr(trial, "error_file", None)
+    text = ""
+    if path and os.path.exists(path):
+        try:
+            lines = [ln.strip() for ln in Path(path).read_text(errors="replace").splitlines() if ln.strip()]
+            text = lines[-1] if lines else ""
+        except OSError:
+            text = ""
+    return (text or "the trial raised an error (see Ray's logs)")[:500]
+
+
+class SweepRecorder(Callback):
+    """The driver-side writer: every trial event goes to the sweep state."""
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        active().on_trial_start(trial.trial_id, point_ids(trial.config))
+
+    def on_trial_restore(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        active().on_trial_start(trial.trial_id, point_ids(trial.config))
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        active().on_result(trial.trial_id, point_ids(trial.config), result)
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        active().on_trial_end(trial.trial_id, point_ids(trial.config), trial.last_result, None)
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        active().on_trial_end(trial.trial_id, point_ids(trial.config), trial.last_result, _error_text(trial))
+
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        state = active()
+        state.flush()
+        for hook in _HOOKS:
+            hook(state)
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        active().flush(force=True)
+
+
+def trial_resources(config: dict[str, Any]) -> Any:
+    """Ray resources of one trial, from its config (they may depend on depth or size)."""
+    from ray.tune import PlacementGroupFactory
+
+    return PlacementGroupFactory([dict(config.get("resources") or {"CPU": 1.0})])
+
+
+def trial_dirname(trial: Any) -> str:
+    return f"trial_{trial.trial_id}"

@@ -1,0 +1,65 @@
+"""The per-cell table that `sweeper launch` shows live and `sweeper status` shows later."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+from rich.table import Table
+from rich.text import Text
+
+STATUS_STYLE = {
+    "pending": "dim",
+    "running": "yellow",
+    "bracketed": "green",
+    "edge": "magenta",
+    "diverged": "red",
+    "failed": "bold red",
+}
+
+
+def fmt(value: Any, spec: str = ".4g") -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "—"
+    return format(value, spec)
+
+
+def sort_key(row: dict[str, Any]) -> tuple:
+    return (str(row.get("method")), row.get("depth") or 0, row.get("params") or 0, str(row.get("size")), row.get("seed") or 0)
+
+
+def cells_table(rows: Iterable[dict[str, Any]], *, progress: dict[str, str] | None = None, title: str | None = None) -> Table:
+    """One row per cell: status, points finished / running / diverged, grid best and interpolated optimum."""
+    table = Table(title=title, title_justify="left", header_style="bold", pad_edge=False)
+    for name, justify in (("method", "left"), ("size", "left"), ("seed", "right"), ("status", "left"),
+                          ("done", "right"), ("run", "right"), ("div", "right"), ("best lr", "right"),
+                          ("best loss", "right"), ("interp lr", "right")):
+        table.add_column(name, justify=justify, no_wrap=True)
+    if progress is not None:
+        table.add_column("progress", justify="left", no_wrap=True)
+    for row in sorted(rows, key=sort_key):
+        status = str(row.get("status") or "pending")
+        cells = [
+            str(row.get("method")), str(row.get("size")), str(row.get("seed")),
+            Text(status, style=STATUS_STYLE.get(status, "")),
+            str(row.get("n_points") or 0), str(row.get("n_running") or 0), str(row.get("n_diverged") or 0),
+            fmt(row.get("best_lr"), ".3g"), fmt(row.get("best_objective"), ".4f"), fmt(row.get("interp_lr"), ".3g"),
+        ]
+        if progress is not None:
+            cells.append(progress.get(str(row.get("cell_id")), ""))
+        table.add_row(*cells)
+    return table
+
+
+def status_counts(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for row in rows:
+        status = str(row.get("status") or "pending")
+        out[status] = out.get(status, 0) + 1
+    return out
+
+
+def counts_line(counts: dict[str, int]) -> str:
+    order = ["bracketed", "running", "pending", "edge", "diverged", "failed"]
+    parts = [f"{counts[s]} {s}" for s in order if counts.get(s)]
+    return ", ".join(parts) if parts else "no cells"
