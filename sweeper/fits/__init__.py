@@ -1,1 +1,39 @@
-"""Power-law fits of sweep results (pure numpy/scipy; neither Ray nor torch)."""
+"""Power-law fits of sweep results: loss against scale, optimal LR against size, LR sensitivity.
+
+Pure numpy/scipy (neither Ray nor torch). Modules:
+- `powerlaw`: `L = E + A·x^(-α)` by α scan + non-negative least squares, log-log slope, bootstrap intervals;
+- `shared`: the same form with one E shared across methods;
+- `lrlaw`: `LR* = c·x^b` and `predict_optimal_lr` (the planner's `prior: extrapolate`);
+- `sensitivity`: Wortsman LR sensitivity and the near-optimal LR range of a cell;
+- `collect`: the per-(method, size) results of a sweep directory, read through `sweeper.store`;
+- `report`: everything above assembled into the `fits.json` document.
+
+The names below load on first use (PEP 562), so that `sweeper.fits.units` and friends import
+without scipy: the CLI's argument errors must answer in well under a second.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Estimate": "sweeper.fits.estimate",
+    "LRLawFit": "sweeper.fits.lrlaw",
+    "LRPrediction": "sweeper.fits.lrlaw",
+    "fit_lr_law": "sweeper.fits.lrlaw",
+    "predict_optimal_lr": "sweeper.fits.lrlaw",
+    "LossFit": "sweeper.fits.powerlaw",
+    "fit_loss_curve": "sweeper.fits.powerlaw",
+    "Sensitivity": "sweeper.fits.sensitivity",
+    "lr_sensitivity": "sweeper.fits.sensitivity",
+    "parse_size": "sweeper.fits.units",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'sweeper.fits' has no attribute {name!r}")

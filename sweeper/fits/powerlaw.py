@@ -3,7 +3,8 @@
 How the fit works, and why:
 - **α scan + non-negative least squares.** For a fixed α the form is linear in (E, A), so
   the best E, A ≥ 0 has a closed form (`sweeper.fits.nnls`). Scanning α on a fine log grid
-  (800 values in [1e-3, 5]) gives the *profile* SSE(α); its minimum is the global least
+  (800 values in [1e-3, 5]; 400 for bootstrap replicates,
+  whose Gauss-Newton polish removes the grid error) gives the *profile* SSE(α); its minimum is the global least
   squares fit, with no starting point to choose and none of the local minima of a joint
   nonlinear fit (E and α trade off strongly with 4–8 points). The grid minimum is refined
   by a bounded Brent search on the profile and, when E, A and α are all interior, polished
@@ -37,8 +38,7 @@ from typing import Literal
 
 import numpy as np
 from scipy.optimize import least_squares, minimize_scalar
-from scipy.stats import norm
-from scipy.stats import t as student_t
+from scipy.special import ndtri, stdtrit
 
 from sweeper.fits import nnls
 from sweeper.fits.estimate import MISSING, Estimate, estimate, percentile_interval, width_warnings
@@ -130,7 +130,7 @@ def small_sample_factor(dof: int, level: float = 0.95) -> float:
     if dof <= 0:
         return math.nan
     tail = 0.5 + level / 2
-    return float(student_t.ppf(tail, dof) / norm.ppf(tail))
+    return float(stdtrit(dof, tail) / ndtri(tail))
 
 
 def _curve(xt: np.ndarray, e: float, a: float, alpha: float) -> np.ndarray:
@@ -260,7 +260,8 @@ def fit_loss_curve(
             "no residual scatter to bootstrap, so no intervals"
         )
     elif resamples > 0:
-        draws = _bootstrap(xt, y, yhat, resid, lev, fit.dof, scheme, resamples, seed, grid, log_grid)
+        boot_grid = alpha_grid(alpha_bounds, max(grid_size // 2, 50))
+        draws = _bootstrap(xt, y, yhat, resid, lev, fit.dof, scheme, resamples, seed, boot_grid, np.log(boot_grid))
         fit.draws = draws
 
     a_orig = a * x_ref**alpha if not flat else 0.0

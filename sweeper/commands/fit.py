@@ -1,0 +1,222 @@
+"""`sweeper fit DIR`: power-law fits of a sweep's results, printed and stored as DIR/fits.json.
+
+Per method: loss against x with an irreducible term and its log-log slope, the optimal-LR
+law with predictions at `--to` targets, the compute exponent and LR sensitivity; then the
+methods ranked. Every estimate carries a bootstrap 95% interval, and fits that should not
+be trusted say why. See `sweeper.fits` for the statistics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from sweeper.errors import UserError
+
+
+def _size_arg(text: str) -> float:
+    from sweeper.fits.units import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _resamples_arg(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 200 <= value <= 100_000:
+        raise argparse.ArgumentTypeError(f"{value}: use 200 to 100000 resamples (percentile intervals need a few hundred)")
+    return value
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "fit",
+        help="power-law fits with bootstrap intervals: loss vs scale, optimal LR vs size, compute exponents",
+        description=(
+            "Fit L = E + A·x^(-α) per method (α scan + non-negative least squares), the log-log slope, the "
+            "optimal-LR power law and the compute exponent, each with bootstrap 95% intervals; a leave-largest-out "
+            "check; LR sensitivity per method and size. Writes DIR/fits.json for the dashboards."
+        ),
+    )
+    parser.add_argument("dir", help="the sweep directory (what `sweeper launch` wrote)")
+    parser.add_argument("--x", choices=["depth", "params", "compute"], default=None,
+                        help="the scale axis (default: the sweep's own: depth for a depth sweep, params for named sizes)")
+    parser.add_argument("--to", type=_size_arg, nargs="+", default=[], metavar="VALUE",
+                        help="predict loss and optimal LR at these x values (1024, 350M, 1.3B, 2e9)")
+    parser.add_argument("--n", dest="n_def", choices=["nonembed", "total"], default="nonembed",
+                        help="parameter count N for --x params and for 6ND compute (default: nonembed)")
+    parser.add_argument("--compute", dest="c_def", choices=["flops", "6nd"], default="flops",
+                        help="compute C: flops = flops_per_token × tokens (6·N_matmul + attention; default), "
+                             "6nd = 6·N·D")
+    parser.add_argument("--include-edge", action="store_true",
+                        help="also fit cells whose best LR is at the edge of their grid (excluded by default)")
+    parser.add_argument("--lr-source", choices=["interp", "grid"], default="interp",
+                        help="optimal LR per cell: the interpolated optimum (default) or the grid best")
+    parser.add_argument("--shared-e", action="store_true",
+                        help="fit one irreducible loss E shared by every method (E and α trade off with few points)")
+    parser.add_argument("--bootstrap", choices=["residual", "residual-raw", "cases"], default="residual",
+                        help="resampling scheme (default residual: small-sample calibrated residual bootstrap)")
+    parser.add_argument("--resamples", type=_resamples_arg, default=2000, help="bootstrap resamples (default 2000)")
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap random seed (default 0: reproducible)")
+    parser.add_argument("--json", action="store_true", help="print the fits.json document instead of tables")
+    parser.add_argument("--no-write", action="store_true", help="do not write DIR/fits.json")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from sweeper.fits.collect import collect
+    from sweeper.fits.report import FitOptions, build_report, to_jsonable
+    from sweeper.store import FITS, write_json_atomic
+
+    started = time.perf_counter()
+    root = Path(args.dir)
+    results = collect(root, include_edge=args.include_edge, lr_source=args.lr_source)
+    axis = args.x or results.default_x
+    opts = FitOptions(
+        x=axis, n_def=args.n_def, c_def=args.c_def, targets=tuple(args.to), resamples=args.resamples,
+        seed=args.seed, scheme=args.bootstrap, include_edge=args.include_edge, lr_source=args.lr_source,
+        shared_e=args.shared_e,
+    )
+    if axis == "depth" and not any(s.scale.depth for s in results.sizes):
+        raise UserError(f"{root}: no depth recorded for the sweep's sizes; use --x params or --x compute")
+    doc = to_jsonable(build_report(results, opts))
+    doc["elapsed_s"] = time.perf_counter() - started
+    if not args.no_write:
+        write_json_atomic(root / FITS, doc)
+    if args.json:
+        json.dump(doc, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+        return 0
+    render(doc, written=None if args.no_write else root / FITS)
+    return 0
+
+
+def _g(v: Any, spec: str = ".4g") -> str:
+    return "—" if v is None else format(v, spec)
+
+
+def _iv(est: dict[str, Any] | None, spec: str = ".4g") -> str:
+    """'3.21 [3.18, 3.24]', or the value alone when there is no interval."""
+    if not est or est.get("value") is None:
+        return "—"
+    text = format(est["value"], spec)
+    if est.get("lo") is not None and est.get("hi") is not None:
+        text += f" [{format(est['lo'], spec)}, {format(est['hi'], spec)}]"
+    return text
+
+
+def _trust(section: dict[str, Any] | None) -> Any:
+    from rich.text import Text
+
+    if not section:
+        return Text("—", style="dim")
+    return Text("yes", style="green") if section.get("trustworthy") else Text("NO", style="bold red")
+
+
+def render(doc: dict[str, Any], written: Path | None) -> None:
+    """The fits as rich tables: loss fits, predictions, LR laws, ranking, sensitivity, then every warning."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from sweeper.fits.units import format_size
+
+    console = Console()
+    x_name = doc["x"]
+    console.print(f"[bold]{doc['sweep']}[/]: fits against {doc['x_label']} · {doc['e_model']} E · "
+                  f"{doc['options']['resamples']} bootstrap resamples ({doc['options']['bootstrap']}), 95% intervals")
+    console.print(f"[dim]{doc['inputs']['rule']}[/]")
+    if x_name == "params" or doc["methods"]:
+        console.print(f"[dim]{doc['n_definition']}[/]")
+    console.print(f"[dim]{doc['c_definition']}[/]")
+    if doc["inputs"]["excluded"]:
+        reasons: dict[str, int] = {}
+        for item in doc["inputs"]["excluded"]:
+            key = item["reason"].split(":")[0]
+            reasons[key] = reasons.get(key, 0) + 1
+        console.print("[dim]excluded cells: " + ", ".join(f"{n} {r}" for r, n in sorted(reasons.items())) + "[/]")
+
+    loss = Table(title=f"Loss vs {x_name}: L = E + A·x^(-α)", title_justify="left", header_style="bold")
+    for col in ("method", "n", "E", "A", "α", "log-log slope", f"held-out {x_name}: predicted vs actual", "trust"):
+        loss.add_column(col, justify="left" if col in ("method",) else "right")
+    for method, m in doc["methods"].items():
+        lf = m["loss_fit"]
+        ho = lf.get("holdout")
+        held = "—"
+        if ho:
+            held = (f"{format_size(ho['x'])}: {ho['predicted']:.4g} [{_g(ho['lo'])}, {_g(ho['hi'])}] vs "
+                    f"{ho['actual']:.4g} ({ho['rel_error']:+.2%})")
+        loss.add_row(method, str(lf["n_points"]), _iv(lf["E"]), _iv(lf["A"]), _iv(lf["alpha"], ".3g"),
+                     _iv(lf["loglog_slope"], ".3g"), held, _trust(lf))
+    console.print(loss)
+
+    lr = Table(title=f"Optimal LR vs {x_name}: LR* = c·x^b", title_justify="left", header_style="bold")
+    for col in ("method", "n", "exponent b", "c", "trust"):
+        lr.add_column(col, justify="left" if col == "method" else "right")
+    for method, m in doc["methods"].items():
+        lf = m["lr_fit"]
+        lr.add_row(method, str(lf["n_points"]), _iv(lf["exponent"], ".3g"), _iv(lf["coef"], ".3g"), _trust(lf))
+    console.print(lr)
+
+    if doc["targets"]:
+        pred = Table(title="Predictions at the --to targets", title_justify="left", header_style="bold")
+        for col in ("method", x_name, "loss", "optimal LR"):
+            pred.add_column(col, justify="left" if col == "method" else "right")
+        for method, m in doc["methods"].items():
+            losses = {t["x"]: t for t in m["loss_fit"].get("targets", [])}
+            lrs = {t["x"]: t for t in m["lr_fit"].get("targets", [])}
+            for target in doc["targets"]:
+                lt, rt = losses.get(target), lrs.get(target)
+                pred.add_row(
+                    method, format_size(target),
+                    _iv({"value": lt["loss"], "lo": lt["lo"], "hi": lt["hi"]}) if lt else "— (no loss fit)",
+                    _iv({"value": rt["lr"], "lo": rt["lo"], "hi": rt["hi"]}, ".3g") if rt else "— (no LR law)",
+                )
+        console.print(pred)
+
+    if doc["ranking"]:
+        rank = Table(title="Methods ranked by loss at the largest common size", title_justify="left",
+                     header_style="bold")
+        for col in ("#", "method", "loss", "at", "compute exponent α_C", "lowest at every size"):
+            rank.add_column(col, justify="left" if col == "method" else "right")
+        for r in doc["ranking"]:
+            ce = doc["methods"][r["method"]]["compute_exponent"]
+            rank.add_row(str(r["rank"]), r["method"], f"{r['loss_at_largest']:.4f}",
+                         format_size(r["x_at_largest"]) + ("" if r["comparable"] else " (own largest)"),
+                         _iv(ce, ".3g") if ce else "—", "yes" if r["lowest_at_every_common_size"] else "")
+        console.print(rank)
+
+    sens = Table(title="LR sensitivity (Wortsman: mean capped loss over swept LRs − best) and near-optimal LRs (≤0.25%)",
+                 title_justify="left", header_style="bold")
+    for col in ("method", "size", "sensitivity", "on common LRs", "near-optimal LR range", "LRs", "diverged"):
+        sens.add_column(col, justify="left" if col in ("method", "size") else "right")
+    for method, m in doc["methods"].items():
+        for row in m["sensitivity"]:
+            near = "—"
+            if row["near_opt_lo"] is not None:
+                near = f"{row['near_opt_lo']:.3g} – {row['near_opt_hi']:.3g}" + (" (edge)" if row["near_opt_at_edge"] else "")
+            sens.add_row(method, row["size"], _g(row["value"]), _g(row["value_common"]), near,
+                         str(row["n_lrs"]), str(row["n_diverged"]))
+    console.print(sens)
+
+    for warning in doc["warnings"]:
+        console.print(f"[yellow]warning:[/] {warning}")
+    for method, m in doc["methods"].items():
+        for part in ("loss_fit", "lr_fit"):
+            for warning in m[part]["warnings"]:
+                console.print(f"[yellow]{method} {part.replace('_', ' ')}:[/] {warning}")
+        cf = m.get("compute_fit") or {}
+        for warning in cf.get("warnings", []):
+            console.print(f"[yellow]{method} compute fit:[/] {warning}")
+    tail = f"fitted in {doc['elapsed_s']:.2f} s"
+    if written:
+        tail += f"; wrote {written}"
+    console.print(f"[dim]{tail}[/]")

@@ -1,0 +1,257 @@
+"""What a sweep directory holds, reduced to one result per (method, size): the input of every fit.
+
+Rules (stated in `sweeper fit`'s output and in fits.json's `inputs`):
+- A cell contributes only when its status is `bracketed`: its best point has a finished
+  neighbour on each side. `edge` cells (best at the edge of the swept grid, so the true
+  optimum may lie beyond it) are **excluded** by default and listed with the reason;
+  `include_edge=True` takes them in, each named in a warning, because their loss is only an
+  upper bound and their LR a bound. Pending, running and all-diverged cells are excluded.
+- A cell's loss is its best objective among `ok` points; diverged and failed points never
+  enter a loss fit. Its optimal LR is the driver's interpolated optimum (parabola in log
+  LR, `sweeper.bracketing.interpolate_optimum`, stored in cells.parquet) when available,
+  otherwise the grid best (`lr_source="grid"` forces the grid best).
+- Several seeds of one (method, size): the loss is the mean of the seeds' best objectives,
+  the optimal LR the geometric mean; the seeds' spread is kept for the output.
+- Sensitivity is computed per finished cell (bracketed, edge or diverged) from all its
+  finished points except failed ones (a crash says nothing about the loss).
+
+Reads through `sweeper.store` only (polars); the fitting modules never touch the store.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from sweeper.errors import UserError
+from sweeper.fits.sensitivity import Sensitivity, lr_sensitivity
+
+XAxis = Literal["depth", "params", "compute"]
+NDef = Literal["nonembed", "total"]
+CDef = Literal["flops", "6nd"]
+
+FITTABLE = ("bracketed",)
+FINISHED_CELL = ("bracketed", "edge", "diverged")
+
+
+@dataclass(frozen=True)
+class Scale:
+    """What a size is, in every unit a fit may use (from the store's point rows)."""
+
+    depth: int | None
+    params: int | None
+    params_nonembed: int | None
+    flops_per_token: float | None
+    tokens: float | None  # tokens trained per point
+
+    def n_value(self, n_def: NDef) -> float | None:
+        v = self.params_nonembed if n_def == "nonembed" else self.params
+        return float(v) if v else None
+
+    def compute(self, c_def: CDef, n_def: NDef) -> float | None:
+        if not self.tokens:
+            return None
+        if c_def == "flops":
+            return self.flops_per_token * self.tokens if self.flops_per_token else None
+        n = self.n_value(n_def)
+        return 6.0 * n * self.tokens if n else None
+
+    def x(self, axis: XAxis, n_def: NDef, c_def: CDef) -> float | None:
+        if axis == "depth":
+            return float(self.depth) if self.depth else None
+        if axis == "params":
+            return self.n_value(n_def)
+        return self.compute(c_def, n_def)
+
+
+def _scale(rows: list[dict[str, Any]]) -> Scale:
+    first = rows[0]
+    # Diverged points stop early: their token counts are not the planned budget.
+    trained = [r for r in rows if r.get("state") == "ok"] or rows
+    tokens = [float(r["tokens"]) for r in trained if r["tokens"]]
+    return Scale(
+        depth=int(first["depth"]) if first["depth"] is not None else None,
+        params=int(first["params"]) if first["params"] is not None else None,
+        params_nonembed=int(first["params_nonembed"]) if first["params_nonembed"] is not None else None,
+        flops_per_token=_f(first["flops_per_token"]),
+        tokens=float(np.mean(tokens)) if tokens else None,
+    )
+
+
+@dataclass
+class SizeResult:
+    """One (method, size), averaged over its seeds' cells."""
+
+    method: str
+    size: str
+    scale: Scale
+    objective: float
+    objective_seeds: list[float]
+    lr_opt: float
+    lr_opt_seeds: list[float]
+    lr_sources: list[str]
+    seeds: list[int]
+    statuses: list[str]
+    cell_ids: list[str]
+
+    @property
+    def objective_sd(self) -> float | None:
+        return float(np.std(self.objective_seeds, ddof=1)) if len(self.objective_seeds) > 1 else None
+
+
+@dataclass
+class CellSensitivity:
+    cell_id: str
+    method: str
+    size: str
+    seed: int
+    status: str
+    lrs: np.ndarray
+    losses: np.ndarray
+    diverged: np.ndarray
+    init_loss: float | None
+    scale: Scale
+    result: Sensitivity
+
+
+@dataclass
+class SweepResults:
+    name: str
+    default_x: XAxis
+    sizes: list[SizeResult]
+    excluded: list[dict[str, str]] = field(default_factory=list)
+    edge_included: list[str] = field(default_factory=list)
+    cells: list[CellSensitivity] = field(default_factory=list)
+    n_cells: int = 0
+
+    def methods(self) -> list[str]:
+        return sorted({s.method for s in self.sizes} | {c.method for c in self.cells})
+
+
+def _f(v: Any) -> float | None:
+    if v is None:
+        return None
+    v = float(v)
+    return v if math.isfinite(v) else None
+
+
+def collect(
+    sweep_dir: str | os.PathLike[str],
+    *,
+    include_edge: bool = False,
+    lr_source: Literal["interp", "grid"] = "interp",
+) -> SweepResults:
+    """The per-(method, size) results of a sweep; UserError when there is nothing to fit."""
+    from sweeper.store import load_cells, load_points, read_manifest
+
+    root = Path(sweep_dir)
+    manifest = read_manifest(root)
+    points = load_points(root)
+    cells = load_cells(root)
+    name = str(manifest.get("name") or root.name)
+    default_x: XAxis = "params" if manifest.get("x") == "params" else "depth"
+    if cells.height == 0:
+        what = f"{points.height} points recorded" if points.height else "no points recorded"
+        raise UserError(f"{root}: no finished cells yet (no cell snapshot in store/cells.parquet; {what}); "
+                        "wait for the sweep to bracket a cell, or check it with `sweeper status`")
+
+    by_cell: dict[str, list[dict[str, Any]]] = {}
+    for row in points.iter_rows(named=True):
+        by_cell.setdefault(row["cell_id"], []).append(row)
+
+    fittable: list[dict[str, Any]] = []
+    excluded: list[dict[str, str]] = []
+    edge_included: list[str] = []
+    sens: list[CellSensitivity] = []
+    for cell in cells.sort("cell_id").iter_rows(named=True):
+        cid, status = cell["cell_id"], cell["status"]
+        rows = by_cell.get(cid, [])
+        finished = [r for r in rows if r["state"] in ("ok", "diverged")]
+        ok = [r for r in finished if r["state"] == "ok" and _f(r["objective"]) is not None]
+        if status in FINISHED_CELL and finished and any(
+                r["state"] == "diverged" or _f(r["loss"]) is not None or _f(r["objective"]) is not None
+                for r in finished):
+            sens.append(_cell_sensitivity(cell, finished))
+        if status == "edge" and not include_edge:
+            excluded.append({"cell_id": cid, "reason": "edge: best LR at the edge of the swept grid "
+                             "(optimum may lie beyond; --include-edge to fit it anyway)"})
+            continue
+        if status not in FITTABLE and status != "edge":
+            reason = {"diverged": "every finished point diverged", "pending": "not started",
+                      "running": "still running"}.get(status, f"status {status}")
+            excluded.append({"cell_id": cid, "reason": reason})
+            continue
+        if not ok:
+            excluded.append({"cell_id": cid, "reason": f"{status} but no ok point in the store"})
+            continue
+        best = min(ok, key=lambda r: (float(r["objective"]), float(r["lr"])))
+        interp = _f(cell.get("interp_lr"))
+        use_interp = lr_source == "interp" and status == "bracketed" and interp is not None and interp > 0
+        if status == "edge":
+            edge_included.append(cid)
+        fittable.append({
+            "cell": cell, "best": best, "objective": float(best["objective"]),
+            "lr_opt": interp if use_interp else float(best["lr"]), "lr_source": "interp" if use_interp else "grid",
+        })
+
+    if not fittable:
+        counts: dict[str, int] = {}
+        for cell in cells.iter_rows(named=True):
+            counts[cell["status"]] = counts.get(cell["status"], 0) + 1
+        summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+        hint = ""
+        if counts.get("edge") and not include_edge:
+            hint = "; rerun with --include-edge to fit edge cells anyway"
+        elif counts.get("diverged") and len(counts) == 1:
+            hint = "; every cell diverged: lower the LR range in the sweep's YAML"
+        raise UserError(f"{root}: no bracketed cells to fit ({summary}){hint}")
+
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for item in fittable:
+        groups.setdefault((item["cell"]["method"], item["cell"]["size"]), []).append(item)
+    sizes = [_size_result(method, size, items) for (method, size), items in sorted(groups.items())]
+    return SweepResults(name=name, default_x=default_x, sizes=sizes, excluded=excluded,
+                        edge_included=edge_included, cells=sens, n_cells=cells.height)
+
+
+def _size_result(method: str, size: str, items: list[dict[str, Any]]) -> SizeResult:
+    items = sorted(items, key=lambda it: int(it["cell"]["seed"] or 0))
+    best = [it["best"] for it in items]
+    objectives = [it["objective"] for it in items]
+    lrs = [it["lr_opt"] for it in items]
+    return SizeResult(
+        method=method,
+        size=size,
+        scale=_scale(best),
+        objective=float(np.mean(objectives)),
+        objective_seeds=objectives,
+        lr_opt=float(np.exp(np.mean(np.log(lrs)))),
+        lr_opt_seeds=lrs,
+        lr_sources=[it["lr_source"] for it in items],
+        seeds=[int(it["cell"]["seed"] or 0) for it in items],
+        statuses=[str(it["cell"]["status"]) for it in items],
+        cell_ids=[str(it["cell"]["cell_id"]) for it in items],
+    )
+
+
+def _cell_sensitivity(cell: dict[str, Any], finished: list[dict[str, Any]]) -> CellSensitivity:
+    finished = [r for r in finished if r["state"] == "diverged" or _f(r["loss"]) is not None
+                or _f(r["objective"]) is not None]
+    lrs = np.array([float(r["lr"]) for r in finished])
+    diverged = np.array([r["state"] == "diverged" for r in finished])
+    losses = np.array([
+        (_f(r["loss"]) if _f(r["loss"]) is not None else _f(r["objective"])) if r["state"] == "ok" else None
+        for r in finished
+    ], dtype=float)
+    inits = [v for v in (_f(r["init_loss"]) for r in finished) if v is not None]
+    init = float(np.median(inits)) if inits else None
+    return CellSensitivity(
+        cell_id=cell["cell_id"], method=cell["method"], size=cell["size"], seed=int(cell["seed"] or 0),
+        status=cell["status"], lrs=lrs, losses=losses, diverged=diverged, init_loss=init, scale=_scale(finished),
+        result=lr_sensitivity(lrs, losses, diverged, init),
+    )
