@@ -495,7 +495,7 @@ def _message(err: dict[str, Any], root: type[BaseModel]) -> str:
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
         op = {"greater_than": ">", "greater_than_equal": "≥", "less_than": "<", "less_than_equal": "≤"}[kind]
         bound = next(iter(ctx.values())) if ctx else "?"
-        return f"must be {op} {bound}"
+        return f"must be {op} {bound:g}" if isinstance(bound, (int, float)) else f"must be {op} {bound}"
     if kind == "literal_error":
         return f"expected one of {ctx.get('expected', '?')}"
     if kind == "string_pattern_mismatch":
@@ -503,7 +503,8 @@ def _message(err: dict[str, Any], root: type[BaseModel]) -> str:
     if kind == "string_too_long":
         return f"at most {ctx.get('max_length')} characters"
     if kind in ("too_short", "too_long"):
-        return f"expected {'at least' if kind == 'too_short' else 'at most'} {ctx.get('min_length', ctx.get('max_length'))} items"
+        count = ctx.get("min_length") if kind == "too_short" else ctx.get("max_length")
+        return f"expected {'at least' if kind == 'too_short' else 'at most'} {count} entr{'y' if count == 1 else 'ies'}"
     if kind == "value_error":
         return str(ctx.get("error", err["msg"]))
     return _FRIENDLY.get(kind, err["msg"][0].lower() + err["msg"][1:] if err["msg"] else kind)
@@ -771,7 +772,7 @@ def load_sweep(path: str | os.PathLike[str], *, base: Path | None = None) -> Val
     try:
         loaded = load_file(source)
     except YamlProblem as exc:
-        raise UserError(f"{label}: {exc.message}") from None
+        raise _relabel(UserError(exc.message), label) from None
     try:
         cfg = validate_data(loaded.data, base=base, lines=loaded)
     except UserError as exc:
@@ -783,6 +784,7 @@ def _relabel(exc: UserError, label: str) -> UserError:
     def fix(line: str) -> str:
         if line.startswith("line "):
             number, _, rest = line[5:].partition(": ")
+            number = number.split(",")[0]  # "3, column 7" -> 3 (the column stays in the message)
             return f"{label}:{number}: {rest}"
         return f"{label}: {line}"
 

@@ -1,0 +1,83 @@
+"""`sweeper status DIR`: the per-cell table of a running or finished sweep (from any terminal)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "status",
+        help="show a sweep's cells (running or finished), or rebuild its store with --repair",
+        description="Show every cell of a sweep: status, points done/running/diverged, best and interpolated LR.",
+    )
+    parser.add_argument("dir", help="the sweep directory")
+    parser.add_argument("--json", action="store_true", help="print the cells as JSON")
+    parser.add_argument("--watch", type=float, metavar="SECONDS", help="refresh every SECONDS until interrupted")
+    parser.add_argument("--repair", action="store_true",
+                        help="rebuild the results store from the ledger (the old store is moved aside, not deleted)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from sweeper.display import make_console
+    from sweeper.errors import UserError
+    from sweeper.store import read_manifest
+
+    manifest = read_manifest(args.dir)
+    console = make_console()
+    if args.repair:
+        from sweeper.ledger import Ledger
+        from sweeper.repair import rebuild_store
+
+        url = manifest.get("ledger")
+        if not url:
+            raise UserError(f"{args.dir}: the manifest names no ledger; nothing to rebuild from")
+        moved = rebuild_store(Path(args.dir), Ledger(url))
+        console.print(f"rebuilt {args.dir}/store from the ledger ({url}); the old store is in {moved}",
+                      highlight=False)
+    if args.watch is not None:
+        if not args.watch > 0:
+            raise UserError(f"--watch: must be > 0 seconds (got {args.watch})")
+        from rich.live import Live
+
+        with Live(_render(args.dir, manifest), console=console, auto_refresh=False) as live:
+            try:
+                while True:
+                    time.sleep(args.watch)
+                    live.update(_render(args.dir, read_manifest(args.dir)), refresh=True)
+            except KeyboardInterrupt:
+                return 0
+    if args.json:
+        from sweeper.store import load_cells
+
+        rows = load_cells(args.dir).to_dicts()
+        print(json.dumps({"name": manifest.get("name"), "cells": rows}, indent=2, default=str))
+        return 0
+    console.print(_render(args.dir, manifest))
+    return 0
+
+
+def _render(sweep_dir: str, manifest: dict[str, Any]) -> Any:
+    from rich.console import Group
+    from rich.text import Text
+
+    from sweeper.results import freshness, progress
+    from sweeper.store import load_cells
+    from sweeper.table import cells_table, counts_line, status_counts
+
+    rows = load_cells(sweep_dir).to_dicts()
+    age = freshness(sweep_dir)
+    when = f"updated {age:.0f} s ago" if age is not None else "no results yet"
+    launches = manifest.get("launches") or []
+    last = launches[-1] if launches else {}
+    tail = ""
+    if last.get("wall_seconds") is not None:
+        tail = f" · last launch: wall {last['wall_seconds']:.0f} s, training {last.get('train_seconds', 0):.0f} s summed"
+    head = Text(f"{manifest.get('name')}: {counts_line(status_counts(rows))} · {when}{tail}", style="bold")
+    return Group(head, cells_table(rows, progress=progress(sweep_dir)))

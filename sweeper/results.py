@@ -1,0 +1,101 @@
+"""Read-side views of a sweep directory: the optimum of every cell and run progress.
+
+Used by `sweeper status`, `sweeper optima` (and anything else that wants per-cell
+optima): grid best and interpolated optimum always come from `sweeper.bracketing`, from
+the points as stored, so every reader agrees with the driver.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from sweeper.bracketing import GridPoint, interpolate_optimum
+from sweeper.store import load_cells, load_points, read_manifest
+
+
+def _finite(x: Any) -> float | None:
+    return float(x) if x is not None and isinstance(x, (int, float)) and math.isfinite(x) else None
+
+
+def optima(sweep_dir: str | Path) -> list[dict[str, Any]]:
+    """One row per (method, size, seed) cell: status, grid best, interpolated optimum, counts."""
+    sweep_dir = Path(sweep_dir)
+    manifest = read_manifest(sweep_dir)
+    points = load_points(sweep_dir)
+    cells = {row["cell_id"]: row for row in load_cells(sweep_dir).to_dicts()}
+    meta = manifest.get("cells") or {}
+    by_cell: dict[str, list[dict[str, Any]]] = {}
+    for row in points.to_dicts():
+        by_cell.setdefault(row["cell_id"], []).append(row)
+    rows = []
+    for cid in sorted(set(by_cell) | set(cells)):
+        pts = by_cell.get(cid, [])
+        info = {**meta.get(cid, {}), **cells.get(cid, {})}
+        grid = [GridPoint(p["lr"], p["state"], _finite(p["objective"])) for p in pts]
+        ok = [g for g in grid if g.is_ok]
+        best = min(ok, key=lambda g: (g.objective, g.lr)) if ok else None
+        best_row = next((p for p in pts if best is not None and p["lr"] == best.lr), None)
+        interp = interpolate_optimum(grid)
+        method, size, seed = cid.rsplit("/", 2)
+        rows.append({
+            "cell_id": cid,
+            "method": info.get("method") or method,
+            "size": info.get("size") or size,
+            "seed": info.get("seed") if info.get("seed") is not None else int(seed.lstrip("s")),
+            "depth": info.get("depth"),
+            "params": info.get("params"),
+            "status": info.get("status") or ("running" if pts else "pending"),
+            "best_lr": best.lr if best else None,
+            "best_loss": best_row["loss"] if best_row else None,
+            "best_objective": best.objective if best else None,
+            "interp_lr": interp[0] if interp else None,
+            "interp_objective": interp[1] if interp else None,
+            "n_points": sum(g.state in ("ok", "diverged", "failed") for g in grid),
+            "n_diverged": sum(g.state == "diverged" for g in grid),
+            "n_failed": sum(g.state == "failed" for g in grid),
+            "n_running": sum(g.state in ("queued", "running") for g in grid),
+        })
+    rows.sort(key=lambda r: (r["method"], r["depth"] or 0, r["params"] or 0, r["size"], r["seed"]))
+    return rows
+
+
+def points_per_bracketed_cell(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Average finished points per bracketed cell, overall and per method (what a prior saves)."""
+    out: dict[str, Any] = {}
+    bracketed = [r for r in rows if r["status"] == "bracketed"]
+    out["all"] = sum(r["n_points"] for r in bracketed) / len(bracketed) if bracketed else None
+    out["bracketed_cells"] = len(bracketed)
+    out["by_method"] = {}
+    for method in sorted({r["method"] for r in bracketed}):
+        mine = [r for r in bracketed if r["method"] == method]
+        out["by_method"][method] = sum(r["n_points"] for r in mine) / len(mine)
+    return out
+
+
+def progress(sweep_dir: str | Path) -> dict[str, str]:
+    """'step 120/300 ×5' for cells with running points, from the store."""
+    sweep_dir = Path(sweep_dir)
+    meta = read_manifest(sweep_dir).get("cells") or {}
+    points = load_points(sweep_dir)
+    if not points.height:
+        return {}
+    running = points.filter(pl.col("state") == "running")
+    out = {}
+    for row in running.group_by("cell_id").agg(pl.col("steps").max(), pl.len().alias("n")).to_dicts():
+        total = (meta.get(row["cell_id"]) or {}).get("steps")
+        out[row["cell_id"]] = f"step {row['steps'] or 0}/{total or '?'} ×{row['n']}"
+    return out
+
+
+def freshness(sweep_dir: str | Path) -> float | None:
+    """Seconds since the driver last wrote the cells snapshot."""
+    cells = load_cells(sweep_dir)
+    if not cells.height:
+        return None
+    last = cells["updated_at"].max()
+    return time.time() - float(last) if last is not None else None

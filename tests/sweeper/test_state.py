@@ -1,0 +1,223 @@
+"""The sweep state machine, driven directly (no Ray) with a real SQLite ledger and a real store."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import optuna
+import pytest
+
+from sweeper.ledger import Ledger, storage_url
+from sweeper.planner import build_plan
+from sweeper.schema import validate_data
+from sweeper.state import FINISHED, SweepState
+from sweeper.store import StoreWriter, load_cells, load_curves, load_points
+
+OPT = 0.01  # true optimum of the synthetic loss
+
+
+def loss_at(lr: float) -> float:
+    return 3.0 + 0.3 * math.log(lr / OPT) ** 2
+
+
+def make_state(tmp_path: Path, **overrides) -> SweepState:
+    raw = {
+        "name": "unit",
+        "methods": ["pre", "post"],
+        "model": {"width": 32, "heads": 2, "depths": [2], "seq_len": 32},
+        "train": {"steps": 30, "batch_size": 4},
+        "lr": {"center": 3e-3, "points": 3, "refine": False},
+        "stack": 3,
+    }
+    raw.update(overrides)
+    cfg = validate_data(raw)
+    plan = build_plan(cfg, output=str(tmp_path / "sweep"))
+    plan.sweep_dir.mkdir(parents=True, exist_ok=True)
+    ledger = Ledger(storage_url("sqlite", plan.sweep_dir))
+    return SweepState(plan, ledger, StoreWriter(plan.sweep_dir), concurrency=2)
+
+
+def member(pid: str, lr: float, state: str = "running", eval_loss=None, train_loss=4.0, **extra):
+    return {"point_id": pid, "lr": lr, "train_loss": train_loss, "eval_loss": eval_loss, "state": state,
+            "diverged_step": extra.get("diverged_step"), "reason": extra.get("reason")}
+
+
+def run_trial(state: SweepState, tid: str, config: dict, *, diverge_above: float = 1.0, corpus: str = "c1") -> None:
+    """Play a whole trial: start, one progress report, a final report."""
+    spec = config["spec"]
+    pids, lrs = spec["point_ids"], spec["lrs"]
+    state.on_trial_start(tid, pids)
+    state.on_result(tid, pids, {"step": 10, "tokens": 1280, "train_seconds": 1.0, "done": False,
+                                "members": [member(p, lr) for p, lr in zip(pids, lrs)]})
+    final = []
+    results = []
+    for p, lr in zip(pids, lrs):
+        if lr > diverge_above:
+            final.append(member(p, lr, "diverged", diverged_step=12, reason="loss NaN"))
+            results.append({"point_id": p, "outcome": "diverged", "corpus": corpus, "init_loss": 5.5})
+        else:
+            final.append(member(p, lr, "ok", eval_loss=loss_at(lr)))
+            results.append({"point_id": p, "outcome": "ok", "loss": loss_at(lr), "objective": loss_at(lr),
+                            "corpus": corpus, "init_loss": 5.5, "steps": 30, "tokens": 3840})
+    result = {"step": 30, "tokens": 3840, "train_seconds": 3.0, "done": True, "members": final, "results": results}
+    state.on_result(tid, pids, result)
+    state.on_trial_end(tid, pids, result, None)
+
+
+def drive(state: SweepState, **kw) -> list[dict]:
+    configs = []
+    n = 0
+    while True:
+        n += 1
+        config = state.next_stack(f"t{n}")
+        if config == FINISHED:
+            return configs
+        assert config is not None, "nothing queued although the sweep is not finished"
+        configs.append(config)
+        run_trial(state, f"t{n}", config, **kw)
+
+
+def test_cells_are_bracketed_and_recorded_in_ledger_and_store(tmp_path):
+    state = make_state(tmp_path)
+    state.load({})
+    configs = drive(state)
+    assert all(state.decisions[c].status == "bracketed" for c in state.cells)
+    # The initial grids went as stacks of 3; extensions follow; never the same LR twice per cell.
+    assert len(configs[0]["spec"]["lrs"]) == 3
+    for cid in state.cells:
+        lrs = [lr for c in configs if c["cell_id"] == cid for lr in c["spec"]["lrs"]]
+        assert len(lrs) == len(set(lrs))
+        best = state.decisions[cid].best
+        assert abs(math.log(best.lr / OPT)) <= math.log(2) / 2 + 1e-9
+        assert state.decisions[cid].interp_lr == pytest.approx(OPT, rel=1e-6)
+    state.flush(force=True)
+    sweep_dir = state.plan.sweep_dir
+    points = load_points(sweep_dir)
+    assert set(points["state"]) == {"ok"}
+    assert points.height == sum(len(c["spec"]["lrs"]) for c in configs)
+    cells = load_cells(sweep_dir)
+    assert set(cells["status"]) == {"bracketed"}
+    assert load_curves(sweep_dir).height == 2 * points.height
+    # The ledger: one study per cell, one COMPLETE trial per point, values = objectives.
+    storage = storage_url("sqlite", sweep_dir)
+    for cid in state.cells:
+        study = optuna.load_study(study_name=cid, storage=storage)
+        assert len(study.trials) == len(state.points[cid])
+        for t in study.trials:
+            assert t.state == optuna.trial.TrialState.COMPLETE
+            assert t.value == pytest.approx(loss_at(t.params["lr"]))
+            assert t.user_attrs["metrics"]["corpus"] == "c1"
+        assert study.best_trial.params["lr"] == state.decisions[cid].best.lr
+        assert study.user_attrs["method"] == cid.split("/")[0]
+
+
+def test_divergence_mid_trial_finishes_that_point_at_once(tmp_path):
+    state = make_state(tmp_path, methods=["pre"])
+    state.load({})
+    config = state.next_stack("t1")
+    pids, lrs = config["spec"]["point_ids"], config["spec"]["lrs"]
+    state.on_trial_start("t1", pids)
+    members = [member(pids[0], lrs[0]), member(pids[1], lrs[1]),
+               member(pids[2], lrs[2], "diverged", diverged_step=7, reason="loss above the initial loss")]
+    state.on_result("t1", pids, {"step": 10, "tokens": 1, "train_seconds": 1.0, "done": False, "members": members})
+    rec = state.points["pre/L2/s0"][pids[2]]
+    assert rec.state == "diverged" and rec.diverged_step == 7 and rec.reason == "loss above the initial loss"
+    study = optuna.load_study(study_name="pre/L2/s0", storage=state.ledger.url)
+    assert [t.state.name for t in study.trials].count("PRUNED") == 1
+    # The other members keep running; a later report about the diverged one is ignored.
+    assert state.points["pre/L2/s0"][pids[0]].state == "running"
+    state.on_result("t1", pids, {"step": 20, "tokens": 2, "train_seconds": 2.0, "done": False,
+                                 "members": [member(p, lr) for p, lr in zip(pids, lrs)]})
+    assert rec.state == "diverged"
+
+
+def test_a_failing_trial_fails_its_points_and_the_cell_moves_on(tmp_path):
+    state = make_state(tmp_path, methods=["pre"])
+    state.load({})
+    config = state.next_stack("t1")
+    pids = config["spec"]["point_ids"]
+    state.on_trial_start("t1", pids)
+    state.on_trial_end("t1", pids, None, "RuntimeError: CUDA out of memory")
+    recs = [state.points["pre/L2/s0"][p] for p in pids]
+    assert {r.state for r in recs} == {"failed"}
+    assert recs[0].reason == "RuntimeError: CUDA out of memory"
+    assert state.decisions["pre/L2/s0"].status == "failed"
+    assert state.next_stack("t2") == FINISHED  # failed points are never retried within a launch
+
+
+def test_stopping_leaves_points_active_and_a_relaunch_reruns_them(tmp_path):
+    state = make_state(tmp_path, methods=["pre"])
+    state.load({})
+    config = state.next_stack("t1")
+    pids = config["spec"]["point_ids"]
+    state.on_trial_start("t1", pids)
+    state.stopping = True
+    state.on_trial_end("t1", pids, {"done": False}, None)
+    assert {state.points["pre/L2/s0"][p].state for p in pids} == {"running"}
+    assert state.next_stack("t2") is None
+    state.flush(force=True)
+
+    # Relaunch with nothing to restore: the stale points are queued again, same ledger trials, attempt 2.
+    again = make_state(tmp_path, methods=["pre"])
+    counts = again.load(again.ledger.load())
+    assert counts["rerun"] == 3
+    config = again.next_stack("t9")
+    assert sorted(config["spec"]["point_ids"]) == sorted(pids)
+    assert {again.points["pre/L2/s0"][p].attempt for p in pids} == {2}
+    study = optuna.load_study(study_name="pre/L2/s0", storage=again.ledger.url)
+    assert len(study.trials) == 3
+
+
+def test_relaunch_never_retrains_finished_points_and_resumes_claimed_ones(tmp_path):
+    state = make_state(tmp_path, methods=["pre"])
+    state.load({})
+    first = state.next_stack("t1")
+    run_trial(state, "t1", first)
+    second = state.next_stack("t2")  # an extension, still running when the driver dies
+    state.on_trial_start("t2", second["spec"]["point_ids"])
+    state.flush(force=True)
+    finished = set(first["spec"]["point_ids"])
+
+    again = make_state(tmp_path, methods=["pre"])
+    counts = again.load(again.ledger.load(), {"t2": second["spec"]["point_ids"]})
+    assert counts == {"finished": 3, "resumed": len(second["spec"]["point_ids"]), "rerun": 0, "retried": 0}
+    assert again.next_stack("t3") is None  # nothing to start: the restored trial holds the queued work
+    assert not again.should_stop("t2", second["spec"]["point_ids"])
+    assert again.should_stop("t1", first["spec"]["point_ids"])  # a restored trial of finished points
+    # A replayed report of a finished point changes nothing.
+    pid = first["spec"]["point_ids"][0]
+    before = again.points["pre/L2/s0"][pid].objective
+    again.on_result("t1", [pid], {"step": 30, "done": True, "members": [member(pid, 1e-3, "ok", eval_loss=9.9)]})
+    assert again.points["pre/L2/s0"][pid].objective == before
+    run_trial(again, "t2", second)
+    configs = drive(again)
+    trained = {p for c in configs for p in c["spec"]["point_ids"]}
+    assert not trained & finished
+    assert again.decisions["pre/L2/s0"].status == "bracketed"
+
+
+def test_a_changed_corpus_fails_the_point(tmp_path):
+    state = make_state(tmp_path, methods=["pre"])
+    state.load({})
+    state.expected_corpus = "c1"
+    config = state.next_stack("t1")
+    run_trial(state, "t1", config, corpus="c2")
+    recs = list(state.points["pre/L2/s0"].values())
+    assert {r.state for r in recs} == {"failed"}
+    assert "corpus changed" in recs[0].reason
+
+
+def test_stack_size_and_training_time_accounting(tmp_path):
+    state = make_state(tmp_path, methods=["pre"], stack=2)
+    state.load({})
+    config = state.next_stack("t1")
+    assert len(config["spec"]["lrs"]) == 2
+    assert config["resources"] == {"CPU": 1.0}
+    run_trial(state, "t1", config)
+    assert state.stats.train_seconds == pytest.approx(3.0)
+    # A restored trial's time from before this launch is not counted.
+    state.restored_trials.add("old")
+    state._count_training("old", 100.0)
+    state._count_training("old", 104.0)
+    assert state.stats.train_seconds == pytest.approx(7.0)
