@@ -61,6 +61,12 @@ class DivergenceMonitor:
                 newly.append(i)
         return newly
 
+    def force(self, member: int, step: int, reason: str) -> None:
+        """Mark a member diverged for a reason found outside the training loss (e.g. a NaN evaluation loss)."""
+        m = self.members[member]
+        if not m.diverged:
+            m.diverged_step, m.reason = step, reason
+
     def _check(self, m: MemberWatch, step: int, loss: float) -> str | None:
         cfg = self.cfg
         if not math.isfinite(loss):

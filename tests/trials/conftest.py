@@ -1,0 +1,17 @@
+"""Shared settings for the trials tests: tiny models run fastest on one intra-op thread (and do
+not fight other processes for the two cores)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -1,0 +1,129 @@
+"""What a trial is asked to do and what it reports (plain dataclasses, JSON-safe, no torch).
+
+- `TrialSpec`: one sweep cell (model, recipe, data, divergence rules, seed) and the K learning
+  rates to train side by side, with the caller's opaque `point_ids`.
+- `StepReport`: progress every `train.report_every` steps, at every evaluation, at every
+  checkpoint and at the end; `members` holds one dict per learning rate.
+- `PointResult`: the outcome of one learning rate when the trial ends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from models.config import ModelConfig
+from trials.config import DataConfig, DivergenceConfig, TrainConfig
+
+MemberState = Literal["running", "ok", "diverged"]
+Outcome = Literal["ok", "diverged", "failed"]
+
+# Settings that change neither the numbers a trial computes nor its order of work: a checkpoint
+# written under one value resumes under another.
+_RESUME_NEUTRAL = ("report_every", "checkpoint_every", "threads", "device")
+
+
+def default_point_id(lr: float) -> str:
+    return f"lr={lr:.6g}"
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    model: ModelConfig
+    train: TrainConfig
+    data: DataConfig = field(default_factory=DataConfig)
+    divergence: DivergenceConfig = field(default_factory=DivergenceConfig)
+    lrs: list[float] = field(default_factory=lambda: [1e-3])
+    seed: int = 0
+    point_ids: list[str] = field(default_factory=list)  # empty: one "lr=<lr>" per learning rate
+
+    def __post_init__(self) -> None:
+        if not self.lrs:
+            raise ValueError("lrs: give at least one learning rate")
+        bad = [lr for lr in self.lrs if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0)]
+        if bad:
+            raise ValueError(f"lrs: every learning rate must be a finite number > 0 (got {bad[0]!r})")
+        if not self.point_ids:
+            object.__setattr__(self, "point_ids", [default_point_id(lr) for lr in self.lrs])
+        if len(self.point_ids) != len(self.lrs):
+            raise ValueError(f"point_ids: {len(self.point_ids)} ids for {len(self.lrs)} learning rates")
+        object.__setattr__(self, "lrs", [float(lr) for lr in self.lrs])
+
+    @property
+    def stack(self) -> int:
+        return len(self.lrs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.to_dict(),
+            "train": self.train.model_dump(mode="json"),
+            "data": self.data.model_dump(mode="json"),
+            "divergence": self.divergence.model_dump(mode="json"),
+            "lrs": list(self.lrs),
+            "seed": self.seed,
+            "point_ids": list(self.point_ids),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TrialSpec":
+        return cls(
+            model=ModelConfig.from_dict(d["model"]),
+            train=TrainConfig.model_validate(d["train"]),
+            data=DataConfig.model_validate(d.get("data", {})),
+            divergence=DivergenceConfig.model_validate(d.get("divergence", {})),
+            lrs=list(d["lrs"]),
+            seed=int(d.get("seed", 0)),
+            point_ids=list(d.get("point_ids", [])),
+        )
+
+    def resume_key(self) -> str:
+        """Equal for two specs whose trials compute the same numbers (a checkpoint of one resumes the other)."""
+        d = self.to_dict()
+        for name in _RESUME_NEUTRAL:
+            d["train"].pop(name, None)
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:20]
+
+
+@dataclass
+class StepReport:
+    step: int  # optimizer steps done
+    tokens: int  # training tokens seen by each member so far
+    train_seconds: float
+    members: list[dict[str, Any]]  # {lr, point_id, train_loss, eval_loss, state, diverged_step, reason}
+    done: bool
+    checkpoint: str | None = None  # the checkpoint folder written at this step, if any (not a metric)
+
+    def metrics(self) -> dict[str, Any]:
+        """The flat dict reported to Ray Tune."""
+        return {"step": self.step, "tokens": self.tokens, "train_seconds": self.train_seconds,
+                "done": self.done, "members": self.members}
+
+
+@dataclass
+class PointResult:
+    point_id: str
+    lr: float
+    outcome: Outcome
+    loss: float | None  # final evaluation loss; None unless ok
+    objective: float | None  # what bracketing minimises (loss, or 1 - accuracy); None unless ok
+    accuracy: float | None
+    init_loss: float | None
+    diverged_step: int | None
+    reason: str | None
+    steps: int
+    tokens: int
+    train_seconds: float
+    corpus: str  # the data fingerprint
+    params: int
+    params_nonembed: int
+    flops_per_token: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "PointResult":
+        return cls(**d)

@@ -1,0 +1,396 @@
+"""The training loop of one trial: K learning rates of one cell trained as one stacked model.
+
+Every member starts from the same initial weights (`build_model(cfg, stack=K, seed)`) and sees
+the same batches (one stream seeded by the data seed and the cell seed). Per step:
+
+1. one batch feeds every member; `member_losses` gives each member's mean loss `[K]`;
+2. the divergence monitor reads the K losses (one host sync per step); a member that has just
+   diverged is masked for this step (no update, its gradient discarded);
+3. backward on the sum of the members' losses (each member's gradient is then exactly that of
+   a model trained alone); per-member clipping; stacked AdamW at the scheduled LR;
+4. with `train.drop_diverged` (default) the stack is rebuilt without diverged members, so they
+   cost no further compute (their last weights are kept on the CPU for export);
+5. evaluation every `train.eval_every` steps and at the end, on fixed held-out batches that are
+   the same for every member and every learning rate; checkpoints every
+   `train.checkpoint_every` steps and at the end.
+
+The trial stops when every member is diverged or has finished, or when `should_stop()` says so
+(a checkpoint is written, and the unfinished members are reported as `failed`, "stopped").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from models import build_model, count_params, flops_per_token
+from trials.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from trials.data import check_vocab, open_source
+from trials.data.base import seed_words
+from trials.divergence import DivergenceMonitor
+from trials.errors import TrialInputError
+from trials.optim import StackedAdamW
+from trials.schedule import LRSchedule, total_steps
+from trials.spec import PointResult, StepReport, TrialSpec
+
+Report = Callable[[StepReport], None]
+
+
+def _finite_or_none(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def resolve_device(train_device: str) -> torch.device:
+    if train_device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if train_device == "cuda" and not torch.cuda.is_available():
+        raise TrialInputError("train.device: cuda requested, but torch sees no CUDA device (torch.cuda.is_available() is False)")
+    return torch.device(train_device)
+
+
+def resolve_autocast(train_dtype: str, device: torch.device) -> torch.dtype | None:
+    """None: plain fp32. bf16 autocast by default on CUDA; fp32 on CPU."""
+    if train_dtype == "fp32" or (train_dtype == "auto" and device.type != "cuda"):
+        return None
+    return torch.bfloat16
+
+
+def data_order_seed(data_seed: int, cell_seed: int) -> int:
+    """One seed for the batch order of a cell: every LR of the cell, in any trial, sees the same batches."""
+    return int(np.random.SeedSequence(seed_words(data_seed, cell_seed)).generate_state(1)[0])
+
+
+class Trial:
+    """One trial, ready to run (or to resume from a checkpoint)."""
+
+    def __init__(self, spec: TrialSpec) -> None:
+        self.spec = spec
+        train, cfg = spec.train, spec.model
+        if train.compile:
+            raise TrialInputError("train.compile: not supported by this build of trials yet (eager mode only); set it to false")
+        if cfg.family != "llama":
+            raise TrialInputError(f"model.family {cfg.family!r}: this build of trials trains the llama family only")
+        self.source = open_source(spec.data)
+        check_vocab(cfg.vocab, self.source)
+        try:
+            counts = count_params(cfg)
+            self.flops_per_token = flops_per_token(cfg)
+        except ValueError as exc:
+            raise TrialInputError(f"model: {exc}") from None
+        self.params, self.params_nonembed = counts["total"], counts["nonembed"]
+        self.steps = total_steps(train, cfg.seq_len, counts["total" if train.budget_params == "total" else "nonembed"])
+        self.schedule = LRSchedule.from_config(train.schedule, self.steps)
+        self.tokens_per_step = train.batch_size * cfg.seq_len
+        self.device = resolve_device(train.device)
+        self.autocast = resolve_autocast(train.dtype, self.device)
+        if train.threads:
+            torch.set_num_threads(train.threads)
+
+        k = spec.stack
+        try:
+            self.model = build_model(cfg, stack=k, seed=spec.seed, device=self.device)
+        except ValueError as exc:
+            raise TrialInputError(f"model: {exc}") from None
+        self.slots = list(range(k))  # member index held by each slot of the current stack
+        opt = train.optimizer
+        self.opt = StackedAdamW(
+            self.model.param_specs(), spec.lrs, betas=opt.betas, eps=opt.eps,
+            weight_decay=opt.weight_decay, grad_clip=opt.grad_clip,
+        )
+        self.stream = self.source.train_stream(train.batch_size, cfg.seq_len, data_order_seed(spec.data.seed, spec.seed))
+        self.eval_data = [
+            torch.from_numpy(b).to(self.device) for b in self.source.eval_batches(train.eval_batches, train.batch_size, cfg.seq_len)
+        ]
+        self.monitor = DivergenceMonitor(spec.divergence, k, self.schedule.warmup)
+        self.step = 0
+        self.train_seconds = 0.0
+        self.eval_loss: list[float | None] = [None] * k
+        self.eval_step: list[int | None] = [None] * k
+        self.accuracy: list[float | None] = [None] * k
+        self.last_loss: list[float | None] = [None] * k
+        self._interval_sum = [0.0] * k
+        self._interval_n = [0] * k
+        self.frozen: dict[int, dict[str, torch.Tensor]] = {}  # weights of members dropped from the stack
+        self.stopped = False
+        self._saved_step: int | None = None
+
+    # ---- the loop ------------------------------------------------------------------------------
+
+    @property
+    def active(self) -> list[int]:
+        return [m for m in self.slots if not self.monitor.members[m].diverged]
+
+    @property
+    def finished(self) -> bool:
+        return self.step >= self.steps or not self.active
+
+    def run(
+        self,
+        *,
+        report: Report | None = None,
+        checkpoint_dir: str | Path | None = None,
+        export_dir: str | Path | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> list[PointResult]:
+        ckpt_root = Path(checkpoint_dir) if checkpoint_dir is not None else None
+        if ckpt_root is not None and (found := latest_checkpoint(ckpt_root)) is not None:
+            self.restore(found)
+        train = self.spec.train
+        while not self.finished:
+            if should_stop is not None and should_stop():
+                self.stopped = True
+                break
+            started = time.perf_counter()
+            self.train_step()
+            self.step += 1
+            evaluate = self.step % train.eval_every == 0 or self.step == self.steps
+            if evaluate and self.active:
+                self.evaluate()
+            self.train_seconds += time.perf_counter() - started
+            if self.finished:
+                break
+            written = None
+            if ckpt_root is not None and self.step % train.checkpoint_every == 0:
+                written = self.save(ckpt_root)
+            if report is not None and (self.step % train.report_every == 0 or evaluate or written):
+                report(self.step_report(done=False, checkpoint=written))
+        if self.finished and self.active and self.eval_step[self.active[0]] != self.step:
+            started = time.perf_counter()
+            self.evaluate()  # e.g. resumed from a checkpoint of a finished trial saved before its evaluation
+            self.train_seconds += time.perf_counter() - started
+        written = self.save(ckpt_root) if ckpt_root is not None and self._saved_step != self.step else None
+        if report is not None:
+            report(self.step_report(done=self.finished, checkpoint=written))
+        if export_dir is not None and self.finished:
+            self.export(Path(export_dir))
+        return self.results()
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self.autocast is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.autocast)
+
+    def train_step(self) -> None:
+        batch = torch.from_numpy(self.stream.next_batch()).to(self.device, non_blocking=True)
+        inputs, targets = batch[:, :-1], batch[:, 1:]
+        with self._autocast():
+            losses = self.model.member_losses(inputs, targets)
+        values = losses.detach().float().cpu().tolist()
+        observed = {m: values[i] for i, m in enumerate(self.slots) if not self.monitor.members[m].diverged}
+        self.monitor.observe(self.step, observed)
+        for m, v in observed.items():
+            self.last_loss[m] = v
+            if math.isfinite(v):
+                self._interval_sum[m] += v
+                self._interval_n[m] += 1
+        alive = [not self.monitor.members[m].diverged for m in self.slots]
+        if not any(alive):
+            return
+        losses.sum().backward()
+        mask = None if all(alive) else torch.tensor(alive, device=self.device)
+        self.opt.step(self.schedule.factor(self.step), active=mask)
+        self.opt.zero_grad()
+        if not all(alive) and self.spec.train.drop_diverged:
+            self.drop_diverged()
+
+    def drop_diverged(self) -> None:
+        """Rebuild the stack with the surviving members only (their weights and AdamW moments carried over)."""
+        keep = [i for i, m in enumerate(self.slots) if not self.monitor.members[m].diverged]
+        for i, m in enumerate(self.slots):
+            if i not in keep:
+                self.frozen[m] = {n: t.to("cpu") for n, t in self.model.member_state_dict(i).items()}
+        model = build_model(self.spec.model, stack=len(keep), seed=self.spec.seed, device=self.device)
+        for j, i in enumerate(keep):
+            model.load_member_state_dict(j, self.model.member_state_dict(i))
+        self.opt.compact(keep, model.param_specs())
+        self.model = model
+        self.slots = [self.slots[i] for i in keep]
+
+    @torch.no_grad()
+    def evaluate(self) -> None:
+        """Mean held-out loss of every member in the stack (and top-1 accuracy for `objective: error`)."""
+        self.model.eval()
+        total = torch.zeros(len(self.slots), device=self.device)
+        correct = torch.zeros(len(self.slots), device=self.device)
+        counted = 0
+        want_accuracy = self.spec.train.objective == "error"
+        for batch in self.eval_data:
+            inputs, targets = batch[:, :-1], batch[:, 1:]
+            with self._autocast():
+                total += self.model.member_losses(inputs, targets).float()
+                if want_accuracy:
+                    predicted = self.model(inputs).argmax(dim=-1)  # [K, B, T]
+                    correct += (predicted == targets.unsqueeze(0)).float().mean(dim=(1, 2))
+            counted += 1
+        self.model.train()
+        losses = (total / counted).cpu().tolist()
+        accuracy = (correct / counted).cpu().tolist()
+        for i, m in enumerate(self.slots):
+            if self.monitor.members[m].diverged:
+                continue
+            self.eval_loss[m], self.eval_step[m] = losses[i], self.step
+            self.accuracy[m] = accuracy[i] if want_accuracy else None
+            if not math.isfinite(losses[i]):
+                self.monitor.force(m, self.step, f"non-finite: evaluation loss is {losses[i]} at step {self.step}")
+
+    # ---- reporting -----------------------------------------------------------------------------
+
+    def member_state(self, m: int) -> str:
+        if self.monitor.members[m].diverged:
+            return "diverged"
+        return "ok" if self.step >= self.steps else "running"
+
+    def step_report(self, *, done: bool, checkpoint: Path | None = None) -> StepReport:
+        members = []
+        for m, (lr, pid) in enumerate(zip(self.spec.lrs, self.spec.point_ids)):
+            watch = self.monitor.members[m]
+            train_loss = self._interval_sum[m] / self._interval_n[m] if self._interval_n[m] else self.last_loss[m]
+            members.append({
+                "lr": lr,
+                "point_id": pid,
+                "train_loss": _finite_or_none(train_loss),
+                "eval_loss": _finite_or_none(self.eval_loss[m]) if self.eval_step[m] == self.step else None,
+                "state": self.member_state(m),
+                "diverged_step": watch.diverged_step,
+                "reason": watch.reason,
+            })
+            self._interval_sum[m], self._interval_n[m] = 0.0, 0
+        return StepReport(
+            step=self.step,
+            tokens=self.step * self.tokens_per_step,
+            train_seconds=self.train_seconds,
+            members=members,
+            done=done,
+            checkpoint=str(checkpoint) if checkpoint is not None else None,
+        )
+
+    def results(self) -> list[PointResult]:
+        out = []
+        for m, (lr, pid) in enumerate(zip(self.spec.lrs, self.spec.point_ids)):
+            watch = self.monitor.members[m]
+            loss = _finite_or_none(self.eval_loss[m])
+            if watch.diverged:
+                outcome, steps, reason = "diverged", watch.diverged_step or 0, watch.reason
+            elif self.step >= self.steps and loss is not None:
+                outcome, steps, reason = "ok", self.steps, None
+            else:
+                outcome, steps = "failed", self.step
+                reason = f"stopped at step {self.step} of {self.steps}" if self.stopped else "no final evaluation"
+            ok = outcome == "ok"
+            accuracy = self.accuracy[m] if ok else None
+            objective = None
+            if ok:
+                objective = loss if self.spec.train.objective == "loss" else (None if accuracy is None else 1.0 - accuracy)
+            out.append(PointResult(
+                point_id=pid, lr=lr, outcome=outcome,  # type: ignore[arg-type]
+                loss=loss if ok else None, objective=objective, accuracy=accuracy,
+                init_loss=_finite_or_none(watch.init_loss), diverged_step=watch.diverged_step, reason=reason,
+                steps=steps, tokens=steps * self.tokens_per_step, train_seconds=self.train_seconds,
+                corpus=self.source.fingerprint, params=self.params, params_nonembed=self.params_nonembed,
+                flops_per_token=self.flops_per_token,
+            ))
+        return out
+
+    # ---- export, checkpoint, resume ------------------------------------------------------------
+
+    def member_weights(self, m: int) -> dict[str, torch.Tensor]:
+        if m in self.slots:
+            return self.model.member_state_dict(self.slots.index(m))
+        return self.frozen[m]
+
+    def export(self, root: Path) -> None:
+        """Each member's final weights: `root/<i>/model.safetensors` + `config.json`."""
+        from safetensors.torch import save_file
+
+        from trials.data.base import write_atomic
+
+        results = self.results()
+        for m, result in enumerate(results):
+            folder = root / str(m)
+            folder.mkdir(parents=True, exist_ok=True)
+            tmp = folder / f".model.safetensors.{os.getpid()}.tmp"
+            save_file({n: t.detach().cpu().contiguous() for n, t in self.member_weights(m).items()}, str(tmp))
+            tmp.replace(folder / "model.safetensors")
+            config = {
+                "format": "layerrope-sweeper",
+                "model": self.spec.model.to_dict(),
+                "lr": result.lr,
+                "point_id": result.point_id,
+                "outcome": result.outcome,
+                "loss": result.loss,
+                "steps": result.steps,
+                "seed": self.spec.seed,
+                "corpus": result.corpus,
+            }
+            write_atomic(folder / "config.json", json.dumps(config, indent=2).encode())
+
+    def save(self, root: Path) -> Path:
+        extra = {"rng/torch": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            extra["rng/cuda"] = torch.cuda.get_rng_state(self.device)
+        for m, weights in self.frozen.items():
+            extra.update({f"frozen/{m}/{n}": t for n, t in weights.items()})
+        np_state = np.random.get_state()
+        state = {
+            "resume_key": self.spec.resume_key(),
+            "step": self.step,
+            "steps": self.steps,
+            "slots": self.slots,
+            "optimizer_step": self.opt.step_count,
+            "data": self.stream.state(),
+            "divergence": self.monitor.state_dict(),
+            "train_seconds": self.train_seconds,
+            "eval_loss": self.eval_loss,
+            "eval_step": self.eval_step,
+            "accuracy": self.accuracy,
+            "last_loss": self.last_loss,
+            "interval": [self._interval_sum, self._interval_n],
+            "frozen": sorted(self.frozen),
+            "rng_python": [random.getstate()[0], list(random.getstate()[1]), random.getstate()[2]],
+            "rng_numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]],
+            "corpus": self.source.fingerprint,
+        }
+        tensors = {"model": self.model.state_dict(), "optimizer": self.opt.state_tensors(), "extra": extra}
+        self._saved_step = self.step
+        return save_checkpoint(root, self.step, tensors, state)
+
+    def restore(self, path: Path) -> None:
+        tensors, state = load_checkpoint(path)
+        if state["resume_key"] != self.spec.resume_key():
+            raise TrialInputError(f"{path}: this checkpoint belongs to another trial (different spec); use another checkpoint_dir")
+        if state["corpus"] != self.source.fingerprint:
+            raise TrialInputError(f"{path}: written on corpus {state['corpus']}, but the data is now {self.source.fingerprint}")
+        self.slots = list(state["slots"])
+        if len(self.slots) != self.spec.stack:
+            self.model = build_model(self.spec.model, stack=len(self.slots), seed=self.spec.seed, device=self.device)
+            self.opt.compact(list(range(len(self.slots))), self.model.param_specs())
+        self.model.load_state_dict({k: v.to(self.device) for k, v in tensors["model"].items()})
+        self.opt.load_state_tensors({k: v.to(self.device) for k, v in tensors["optimizer"].items()}, state["optimizer_step"])
+        self.stream.load_state(state["data"])
+        self.monitor.load_state_dict(state["divergence"])
+        self.step, self.train_seconds = int(state["step"]), float(state["train_seconds"])
+        self._saved_step = self.step
+        self.eval_loss, self.eval_step, self.accuracy = state["eval_loss"], state["eval_step"], state["accuracy"]
+        self.last_loss = state["last_loss"]
+        self._interval_sum, self._interval_n = state["interval"]
+        extra = tensors["extra"]
+        self.frozen = {
+            m: {key.split("/", 2)[2]: t for key, t in extra.items() if key.startswith(f"frozen/{m}/")} for m in state["frozen"]
+        }
+        torch.set_rng_state(extra["rng/torch"])
+        if "rng/cuda" in extra and self.device.type == "cuda":
+            torch.cuda.set_rng_state(extra["rng/cuda"], self.device)
+        version, internal, gauss = state["rng_python"]
+        random.setstate((version, tuple(internal), gauss))
+        kind, keys, pos, has_gauss, cached = state["rng_numpy"]
+        np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
