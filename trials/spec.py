@@ -3,7 +3,8 @@
 - `TrialSpec`: one sweep cell (model, recipe, data, divergence rules, seed) and the K learning
   rates to train side by side, with the caller's opaque `point_ids`.
 - `StepReport`: progress every `train.report_every` steps, at every evaluation, at every
-  checkpoint and at the end; `members` holds one dict per learning rate.
+  checkpoint and at the end; `members` holds one dict per learning rate; the last report of a
+  run also carries every member's `PointResult` (as dicts) in `results`.
 - `PointResult`: the outcome of one learning rate when the trial ends.
 """
 
@@ -95,11 +96,15 @@ class StepReport:
     members: list[dict[str, Any]]  # {lr, point_id, train_loss, eval_loss, state, diverged_step, reason}
     done: bool
     checkpoint: str | None = None  # the checkpoint folder written at this step, if any (not a metric)
+    results: list[dict[str, Any]] | None = None  # the last report only: PointResult.to_dict() per member
 
     def metrics(self) -> dict[str, Any]:
-        """The flat dict reported to Ray Tune."""
-        return {"step": self.step, "tokens": self.tokens, "train_seconds": self.train_seconds,
-                "done": self.done, "members": self.members}
+        """The flat dict reported to Ray Tune (with `results` on the last report of a trial)."""
+        out = {"step": self.step, "tokens": self.tokens, "train_seconds": self.train_seconds,
+               "done": self.done, "members": self.members}
+        if self.results is not None:
+            out["results"] = self.results
+        return out
 
 
 @dataclass

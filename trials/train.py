@@ -169,11 +169,14 @@ class Trial:
             self.evaluate()  # e.g. resumed from a checkpoint of a finished trial saved before its evaluation
             self.train_seconds += time.perf_counter() - started
         written = self.save(ckpt_root) if ckpt_root is not None and self._saved_step != self.step else None
-        if report is not None:
-            report(self.step_report(done=self.finished, checkpoint=written))
         if export_dir is not None and self.finished:
             self.export(Path(export_dir))
-        return self.results()
+        results = self.results()
+        if report is not None:  # last: under Ray Tune the trial may end inside this call
+            last = self.step_report(done=self.finished, checkpoint=written)
+            last.results = [r.to_dict() for r in results]
+            report(last)
+        return results
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.autocast is None:

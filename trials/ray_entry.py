@@ -1,0 +1,70 @@
+"""The Ray Tune function trainable: `tune.Tuner(trainable, param_space={"spec": spec.to_dict()})`.
+
+`config["spec"]` is `TrialSpec.to_dict()`; optional `config["export_dir"]` receives each
+member's final weights. Every `StepReport` goes to `ray.tune.report(report.metrics())`
+(`{"step", "tokens", "train_seconds", "done", "members": [...]}`, plus `results` — the
+`PointResult` dicts — on the last one); a report made at a checkpoint carries it as a
+`tune.Checkpoint`. A restarted or restored trial resumes from `ray.tune.get_checkpoint()`.
+
+Start-up cost: this module imports neither torch nor Ray at import time; the first trial in an
+actor pays for them, and Ray's actor reuse keeps them, together with the opened corpus (cached by
+`trials.data`), for the next trial. Intra-op threads default to the CPUs Ray assigned the trial.
+(Inside Tune, report with `ray.tune.report`: `ray.train.report` raises there in Ray 2.60.)
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from trials.spec import StepReport, TrialSpec
+
+
+def _assigned_cpus() -> int | None:
+    import ray
+
+    try:
+        cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
+    except Exception:  # not inside a Ray worker
+        return None
+    return max(1, int(cpus)) if cpus else None
+
+
+def _report_to_tune(report: StepReport) -> None:
+    from ray import tune
+
+    if report.checkpoint is not None:
+        tune.report(report.metrics(), checkpoint=tune.Checkpoint.from_directory(report.checkpoint))
+    else:
+        tune.report(report.metrics())
+
+
+def _restore_into(local: Path) -> None:
+    """Copy the trial's last Tune checkpoint (if any) into `local` as its newest step folder."""
+    from ray import tune
+
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is None:
+        return
+    with checkpoint.as_directory() as folder:
+        step = int(json.loads((Path(folder) / "state.json").read_text())["step"])
+        shutil.copytree(folder, local / f"step-{step:09d}")
+
+
+def trainable(config: dict[str, Any]) -> None:
+    import torch
+
+    from trials.run import run_trial
+
+    spec = TrialSpec.from_dict(config["spec"])
+    if spec.train.threads is None and (cpus := _assigned_cpus()):
+        torch.set_num_threads(cpus)
+    local = Path(tempfile.mkdtemp(prefix="trial-ckpt-"))
+    try:
+        _restore_into(local)
+        run_trial(spec, report=lambda r: _report_to_tune(r), checkpoint_dir=local, export_dir=config.get("export_dir"))
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
