@@ -130,6 +130,8 @@ def render(doc: dict[str, Any], written: Path | None) -> None:
     from sweeper.fits.units import format_size
 
     console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)  # logs and pipes: do not wrap the tables at 80 columns
     x_name = doc["x"]
     console.print(f"[bold]{doc['sweep']}[/]: fits against {doc['x_label']} · {doc['e_model']} E · "
                   f"{doc['options']['resamples']} bootstrap resamples ({doc['options']['bootstrap']}), 95% intervals")

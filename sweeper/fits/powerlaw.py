@@ -46,6 +46,7 @@ from sweeper.fits.estimate import MISSING, Estimate, estimate, percentile_interv
 ALPHA_BOUNDS = (1e-3, 5.0)
 ALPHA_GRID_SIZE = 800
 DEFAULT_RESAMPLES = 2000
+POLISH_MAX_NFEV = 200  # function evaluations of the joint polish before it reports non-convergence
 _CHUNK = 250  # replicates per vectorised block (bounds memory at ~chunk × grid doubles per array)
 
 Scheme = Literal["residual", "residual-raw", "cases"]
@@ -72,6 +73,7 @@ class LossFit:
     x_ref: float
     E: Estimate = MISSING
     A: Estimate = MISSING
+    A_ref: Estimate = MISSING  # A·x_ref^(-α): the reducible loss at the geometric-mean size
     alpha: Estimate = MISSING
     loglog_slope: Estimate = MISSING
     rss: float | None = None
@@ -269,11 +271,13 @@ def fit_loss_curve(
         a_draws = draws.a * np.power(x_ref, np.where(np.isfinite(draws.alpha), draws.alpha, 0.0))
         fit.E = estimate(e, draws.e)
         fit.A = estimate(a_orig, a_draws)
+        fit.A_ref = estimate(a, draws.a)
         fit.alpha = estimate(alpha, draws.alpha) if not flat else MISSING
         fit.loglog_slope = estimate(fit._loglog[1], draws.slope)
     else:
         fit.E = Estimate(e)
         fit.A = Estimate(a_orig)
+        fit.A_ref = Estimate(a)
         fit.alpha = Estimate(alpha) if not flat else MISSING
         fit.loglog_slope = Estimate(fit._loglog[1])
 
@@ -331,7 +335,7 @@ def _point_fit(
 
         res = least_squares(
             residuals, x0, jac=jacobian, bounds=([0.0, 0.0, grid[0]], [np.inf, np.inf, grid[-1]]),
-            method="trf", x_scale="jac", xtol=1e-14, ftol=1e-14, gtol=1e-14, max_nfev=200,
+            method="trf", x_scale="jac", xtol=1e-14, ftol=1e-14, gtol=1e-14, max_nfev=POLISH_MAX_NFEV,
         )
         polished_sse = float(np.sum(res.fun**2))
         info.update(polish_status=int(res.status), polish_message=str(res.message), polish_nfev=int(res.nfev))
@@ -340,6 +344,10 @@ def _point_fit(
         if polished_sse <= sse_val * (1 + 1e-9) + 1e-300:
             e, a, alpha = (float(v) for v in res.x)
             sse_val = polished_sse
+    if 0 < e < 1e-9 * float(np.max(np.abs(y))):
+        e = 0.0  # a bounded optimiser stops a hair above its bound; call it the bound
+        a = float(np.sum(np.power(xt, -alpha) * y) / np.sum(np.power(xt, -2 * alpha)))
+        sse_val = float(np.sum((a * np.power(xt, -alpha) - y) ** 2))
     info["converged"] = bool(converged)
     info["sse"] = float(sse_val)
     return e, a, alpha, info
@@ -493,5 +501,7 @@ def _trust_warnings(
             at_edge = float(np.mean((finite <= grid[0] * (1 + 1e-6)) | (finite >= grid[-1] * (1 - 1e-6))))
             if at_edge > 0.025:
                 out.append(f"{at_edge:.0%} of bootstrap refits put α at the search bound: its interval is truncated")
-        out.extend(width_warnings({"E": fit.E, "A": fit.A, "α": fit.alpha}))
+        # A itself is the loss at x = 1, often decades outside the data, so its interval is wide
+        # by construction; the reducible term at the data's centre is what the points determine.
+        out.extend(width_warnings({"E": fit.E, "A·x_ref^(-α)": fit.A_ref, "α": fit.alpha}))
     return out

@@ -96,6 +96,7 @@ def _curve_rows(xs: np.ndarray, pred: np.ndarray, lo: np.ndarray | None, hi: np.
 def build_report(results: SweepResults, opts: FitOptions) -> dict[str, Any]:
     """The fits.json document for a collected sweep."""
     methods: dict[str, Any] = {}
+    shared_summary: dict[str, Any] | None = None
     global_warnings: list[str] = []
     if results.edge_included:
         global_warnings.append(
@@ -109,7 +110,8 @@ def build_report(results: SweepResults, opts: FitOptions) -> dict[str, Any]:
     if opts.shared_e:
         from sweeper.fits.shared import apply_shared_e
 
-        global_warnings.extend(apply_shared_e(methods, series, opts))
+        shared_summary = apply_shared_e(methods, series, opts)
+        global_warnings.extend(shared_summary["warnings"])
 
     sizes_in_sweep = {s.size for s in results.sizes}
     if len({round(s.scale.x(opts.x, opts.n_def, opts.c_def) or 0, 9) for s in results.sizes}) < 2:
@@ -127,6 +129,7 @@ def build_report(results: SweepResults, opts: FitOptions) -> dict[str, Any]:
         "n_definition": n_definition(opts.n_def),
         "c_definition": c_definition(opts.c_def, opts.n_def),
         "e_model": "shared" if opts.shared_e else "per-method",
+        "shared_e": shared_summary,
         "targets": [float(t) for t in opts.targets],
         "inputs": {
             "rule": ("per (method, size): best objective among ok points of bracketed cells, mean over seeds; "
@@ -205,6 +208,7 @@ def loss_fit_section(
     section: dict[str, Any] = {
         "E": _est(fit.E),
         "A": _est(fit.A),
+        "A_at_xref": _est(fit.A_ref),
         "alpha": _est(fit.alpha),
         "loglog_slope": _est(fit.loglog_slope),
         "points": [[float(a), float(b)] for a, b in zip(fit.x, fit.y)],
@@ -243,8 +247,11 @@ def holdout_check(fit: LossFit, opts: FitOptions) -> tuple[dict[str, Any] | None
         return None, [f"leave-largest-out check needs 4 sizes (have {distinct.size}): extrapolation is untested"]
     keep = fit.x < distinct[-1]
     sub = fit_loss_curve(fit.x[keep], fit.y[keep], resamples=opts.resamples, seed=opts.seed + 1, scheme=opts.scheme)
-    x_out = float(distinct[-1])
-    actual = float(np.mean(fit.y[~keep]))
+    return holdout_record(sub, float(distinct[-1]), float(np.mean(fit.y[~keep])), opts)
+
+
+def holdout_record(sub: LossFit, x_out: float, actual: float, opts: FitOptions) -> tuple[dict[str, Any] | None, list[str]]:
+    """Compare the prediction of `sub` (fitted without x_out) with the value measured at x_out."""
     if sub.status == "insufficient":
         return None, ["leave-largest-out check: the fit without the largest size is not possible"]
     pred, ci_lo, ci_hi = sub.predict(np.array([x_out]))

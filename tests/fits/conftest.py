@@ -1,7 +1,7 @@
 """Synthetic sweep directories with known truths, written through the real `sweeper.store.StoreWriter`.
 
 Each method has a loss surface `E + A·depth^(-α) + k·log(lr / LR*)²` with `LR* = c·depth^b`,
-swept on a factor-2 grid of powers of two around LR*; points more than 8× above LR* diverge.
+swept on a factor-2 grid of powers of two around LR* (or through LR* itself, `on_optimum`); points more than 8× above LR* diverge.
 The cell snapshot is what the driver would write: status from the grid (bracketed when the
 best point has a finished neighbour on each side), grid best and the parabola optimum.
 """
@@ -61,6 +61,7 @@ def write_sweep(
     edge: set[tuple[str, int]] = frozenset(),  # (method, depth) cells whose grid stops at the best point
     all_diverged: set[tuple[str, int]] = frozenset(),
     pending: set[tuple[str, int]] = frozenset(),
+    on_optimum: bool = False,  # grid through LR* itself: best loss = E + A·depth^(-α) exactly
 ) -> Path:
     """A finished sweep directory; returns root."""
     rng = np.random.default_rng(rng_seed)
@@ -72,7 +73,7 @@ def write_sweep(
         for depth in depths:
             total, nonembed, flops = params_of(depth)
             lr_star = t.c * depth**t.b
-            centre = 2.0 ** round(math.log2(lr_star))
+            centre = lr_star if on_optimum else 2.0 ** round(math.log2(lr_star))
             for seed in seeds:
                 cid = f"{method}/L{depth}/s{seed}"
                 offsets = [k for k in grid if not ((method, depth) in edge and k < 0)]

@@ -1,0 +1,95 @@
+"""`sweeper fit` as a user runs it: a subprocess on a real store, output, fits.json, exit codes."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from .conftest import Truth
+
+TRUTHS = {"pre": Truth(E=3.0, A=6.0, alpha=0.5), "layerrope": Truth(E=2.9, A=8.0, alpha=0.6, c=0.05)}
+DEPTHS = [48, 64, 96, 128, 192, 256]
+
+
+def sweeper(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sweeper.cli", "fit", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_fit_prints_tables_with_intervals_and_writes_fits_json(make_sweep) -> None:
+    sweep = make_sweep(truths=TRUTHS, depths=DEPTHS, noise=0.003)
+    out = sweeper(str(sweep), "--to", "1024", "512", "--resamples", "500")
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    for heading in ("Loss vs depth", "Optimal LR vs depth", "Predictions at the --to targets", "Methods ranked",
+                    "LR sensitivity"):
+        assert heading in text
+    assert "held-out" in text and "256:" in text  # the leave-largest-out prediction, with its interval
+    target_rows = [line for line in text.splitlines() if re.search(r"│\s+1024 │", line)]
+    assert len(target_rows) == 2 and all(line.count("[") == 2 for line in target_rows)
+    doc = json.loads((sweep / "fits.json").read_text())
+    assert doc["targets"] == [1024.0, 512.0]
+    assert doc["methods"]["pre"]["loss_fit"]["holdout"]["x"] == 256
+    assert "wrote" in text
+
+
+def test_json_output_is_the_stored_document(make_sweep) -> None:
+    sweep = make_sweep(truths=TRUTHS, depths=DEPTHS, noise=0.003)
+    out = sweeper(str(sweep), "--json", "--resamples", "300", "--x", "params", "--shared-e")
+    assert out.returncode == 0, out.stderr
+    printed = json.loads(out.stdout)
+    assert printed == json.loads((sweep / "fits.json").read_text())
+    assert printed["x"] == "params" and printed["e_model"] == "shared"
+
+
+def test_no_write_leaves_the_directory_alone(make_sweep) -> None:
+    sweep = make_sweep(truths=TRUTHS, depths=DEPTHS, noise=0.003)
+    out = sweeper(str(sweep), "--no-write", "--resamples", "200")
+    assert out.returncode == 0, out.stderr
+    assert not (sweep / "fits.json").exists()
+
+
+def test_single_size_sweep_explains_instead_of_fitting(make_sweep) -> None:
+    sweep = make_sweep(truths=TRUTHS, depths=[64], noise=0.003)
+    out = sweeper(str(sweep), "--resamples", "200")
+    assert out.returncode == 0, out.stderr
+    assert "only one size" in out.stdout
+    assert "needs at least 3 sizes" in out.stdout
+
+
+def _exit_2(args: list[str], message: str, sweep: Path | None = None) -> None:
+    out = sweeper(*args)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert message in out.stderr
+    assert "Traceback" not in out.stderr
+    if sweep is not None:
+        assert not (sweep / "fits.json").exists()
+
+
+def test_missing_directory(tmp_path: Path) -> None:
+    _exit_2([str(tmp_path / "nope")], "no such directory")
+
+
+def test_not_a_sweep_directory(tmp_path: Path) -> None:
+    (tmp_path / "plain").mkdir()
+    _exit_2([str(tmp_path / "plain")], "not a sweep directory", tmp_path / "plain")
+
+
+def test_sweep_without_finished_cells(make_sweep) -> None:
+    sweep = make_sweep(truths=TRUTHS, depths=[48, 64], pending={(m, d) for m in TRUTHS for d in (48, 64)})
+    _exit_2([str(sweep)], "no bracketed cells to fit (4 running)", sweep)
+
+
+def test_sweep_where_everything_diverged(make_sweep) -> None:
+    sweep = make_sweep(truths=TRUTHS, depths=[48, 64], all_diverged={(m, d) for m in TRUTHS for d in (48, 64)})
+    _exit_2([str(sweep)], "every cell diverged", sweep)
+
+
+def test_bad_arguments(make_sweep) -> None:
+    sweep = make_sweep(truths=TRUTHS, depths=DEPTHS)
+    _exit_2([str(sweep), "--to", "1.3X"], "is not a size", sweep)
+    _exit_2([str(sweep), "--resamples", "10"], "use 200 to 100000 resamples", sweep)
+    _exit_2([str(sweep), "--x", "width"], "invalid choice", sweep)
