@@ -193,12 +193,14 @@ def _chunks(folder: Path) -> list[tuple[int, int, Path]]:
     return out
 
 
-def _read_chunks(paths: list[Path], schema: dict[str, pl.DataType]) -> pl.DataFrame:
+def _read_chunks(paths: list[Path], schema: dict[str, pl.DataType], *, missing_ok: bool = True) -> pl.DataFrame:
     frames = []
     for path in paths:
         try:
             frames.append(pl.read_parquet(path))
         except FileNotFoundError:
+            if not missing_ok:
+                raise
             continue  # compacted away between listing and reading; the merged file has its rows
         except Exception as exc:  # a damaged chunk: say which, never return a silently short table
             raise UserError(f"{path}: damaged store chunk ({type(exc).__name__}: {exc}); "
@@ -206,6 +208,20 @@ def _read_chunks(paths: list[Path], schema: dict[str, pl.DataType]) -> pl.DataFr
     if not frames:
         return pl.DataFrame(schema=schema)
     return pl.concat([f.select([pl.col(c).cast(t) for c, t in schema.items()]) for f in frames], how="vertical")
+
+
+def _read_listed(folder: Path, schema: dict[str, pl.DataType], after_chunk: int = 0) -> pl.DataFrame:
+    """Every chunk of `folder` numbered above `after_chunk`. A chunk compacted away between
+    listing and reading is not skipped (that would return a silently short table): the folder
+    is listed again, and since the merged file is renamed in before its sources are deleted,
+    the new listing holds those rows."""
+    for _ in range(100):
+        paths = [p for first, last, p in _chunks(folder) if last > after_chunk]
+        try:
+            return _read_chunks(paths, schema, missing_ok=False)
+        except FileNotFoundError:
+            continue
+    raise UserError(f"{folder}: store chunks keep vanishing while being read; is another process deleting them?")
 
 
 class StoreWriter:
@@ -266,8 +282,7 @@ def load_points(sweep_dir: str | os.PathLike[str], *, latest: bool = True, after
     """Point rows; with `latest` only the current state of each point (highest seq); optionally
     only from chunks numbered above `after_chunk` (a compacted chunk may repeat older rows)."""
     folder = Path(sweep_dir) / "store" / "points"
-    paths = [p for first, last, p in _chunks(folder) if last > after_chunk]
-    frame = _read_chunks(paths, POINTS_SCHEMA).unique(subset=["seq"], keep="last")
+    frame = _read_listed(folder, POINTS_SCHEMA, after_chunk).unique(subset=["seq"], keep="last")
     if latest and frame.height:
         frame = frame.sort("seq").unique(subset=["point_id"], keep="last", maintain_order=True)
     return frame.sort("seq")
@@ -278,8 +293,7 @@ def load_curves(
 ) -> pl.DataFrame:
     """Curve rows, deduplicated, optionally only from chunks numbered above `after_chunk`."""
     folder = Path(sweep_dir) / "store" / "curves"
-    paths = [p for first, last, p in _chunks(folder) if last > after_chunk]
-    frame = _read_chunks(paths, CURVES_SCHEMA)
+    frame = _read_listed(folder, CURVES_SCHEMA, after_chunk)
     if point_ids is not None:
         frame = frame.filter(pl.col("point_id").is_in(point_ids))
     return frame.unique(subset=["point_id", "attempt", "step"], keep="last", maintain_order=True)
