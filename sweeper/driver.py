@@ -152,6 +152,7 @@ def ensure_ray(address: str | None, plan: Plan) -> bool:
         return False
     kwargs: dict[str, Any] = {"log_to_driver": False, "configure_logging": True, "logging_level": "ERROR"}
     if address:
+        _token_auth_if_available()
         try:
             ray.init(address=address, **kwargs)
         except Exception as exc:
@@ -163,6 +164,17 @@ def ensure_ray(address: str | None, plan: Plan) -> bool:
         local = plan.config.ray
         ray.init(num_cpus=local.num_cpus, num_gpus=local.num_gpus, include_dashboard=False, **kwargs)
     return True
+
+
+def _token_auth_if_available() -> None:
+    """Ray ≥ 2.59 clusters started with `ray start --head` require token authentication from
+    every joining process; a driver opts in with RAY_AUTH_MODE=token. Opt in when a token is at
+    hand (a token-mode driver also joins clusters without authentication)."""
+    if os.environ.get("RAY_AUTH_MODE"):
+        return
+    token_file = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
+    if os.environ.get("RAY_AUTH_TOKEN") or os.path.isfile(token_file):
+        os.environ["RAY_AUTH_MODE"] = "token"
 
 
 def resolve_concurrency(plan: Plan) -> int:

@@ -125,7 +125,7 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any) -> int
         seen.add(key)
         seeds = [x["seed"] for x in rows if (x["method"], x["size"]) == key]
         grid = r["initial_grid"]
-        prior = " (prior: extrapolate may narrow it)" if r["prior"] == "extrapolate" else ""
+        prior = " *" if r["prior"] == "extrapolate" else ""
         table.add_row(
             r["method"], r["size"], ",".join(map(str, seeds)), _si(r["params"]), _si(r["tokens_per_point"]),
             str(r["steps_per_point"]), f"{r['flops_per_point']:.3g}",
@@ -139,6 +139,9 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any) -> int
         f"at most {cap:.3g} FLOPs ({totals['cap_gpu_hours']:.3g} GPU-hours) if every cell reached its trial cap",
         highlight=False,
     )
+    if any(r["prior"] == "extrapolate" for r in rows):
+        console.print("* prior: extrapolate: a size starts once two smaller sizes are done, on a grid centred on the "
+                      "LR they predict (narrower when the prediction is tight)", highlight=False)
     console.print(f"stack: {plan.config.stack}, concurrency: {plan.config.concurrency}; output: {plan.sweep_dir}",
                   highlight=False)
     return 0

@@ -1,0 +1,230 @@
+"""End-to-end sweeps with real Ray, the real trial trainable, a real ledger and store.
+
+Tiny models on the built-in corpus keep each sweep to seconds of training; Ray's start-up
+is paid once per session (`ray_session`), except by the two-node test, which starts its
+own two-node cluster and stops exactly the processes it started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import polars as pl
+import pytest
+
+from sweeper.cli import main
+from sweeper.ledger import storage_url
+from sweeper.store import load_cells, load_curves, load_points
+
+pytestmark = pytest.mark.slow
+
+TINY = """\
+name: {name}
+output: {out}
+methods: {methods}
+model: {{width: 32, heads: 2, depths: {depths}, seq_len: 32}}
+train: {{steps: {steps}, batch_size: 8, eval_every: 20, eval_batches: 2, report_every: 10, checkpoint_every: 10,
+        schedule: {{warmup: 0.1}}}}
+lr: {lr}
+resources: {resources}
+concurrency: {concurrency}
+stack: {stack}
+"""
+
+
+def tiny_yaml(tmp_path: Path, name: str = "tiny", *, methods: str = "[pre, layerrope]", depths: str = "[1, 2]",
+              steps: int = 40, lr: str = "{center: 1e-2, points: 3, factor: 4, refine: false, max_points: 8}",
+              resources: str = "{cpu: 1}", concurrency: int = 2, stack: int | str = 3) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(TINY.format(name=name, out=tmp_path / name, methods=methods, depths=depths, steps=steps, lr=lr,
+                                resources=resources, concurrency=concurrency, stack=stack))
+    return path
+
+
+def test_tiny_sweep_brackets_every_cell(ray_session, tmp_path, capsys):
+    path = tiny_yaml(tmp_path)
+    assert main(["launch", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "Sweep finished" in out and "4 bracketed" in out
+    sweep = tmp_path / "tiny"
+    cells = load_cells(sweep)
+    assert cells.height == 4 and set(cells["status"]) == {"bracketed"}
+    points = load_points(sweep)
+    assert set(points["state"]) <= {"ok", "diverged"}
+    ok = points.filter(pl.col("state") == "ok")
+    assert (ok["loss"] < ok["init_loss"] - 1.0).all(), "losses must clearly fall"
+    # The ledger agrees with the store, one Optuna trial per point.
+    for cid in cells["cell_id"]:
+        study = optuna.load_study(study_name=cid, storage=storage_url("sqlite", sweep))
+        mine = points.filter(pl.col("cell_id") == cid)
+        assert len(study.trials) == mine.height
+        done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+        best = mine.filter(pl.col("state") == "ok").sort("objective")[0]
+        assert min(t.value for t in done) == pytest.approx(best["objective"][0])
+    # optima reads the same numbers.
+    assert main(["optima", str(sweep), "--format", "json"]) == 0
+    optima = json.loads(capsys.readouterr().out)
+    assert {r["status"] for r in optima["cells"]} == {"bracketed"}
+    assert optima["points_per_bracketed_cell"]["all"] >= 3
+    for row in optima["cells"]:
+        assert row["best_lr"] == cells.filter(pl.col("cell_id") == row["cell_id"])["best_lr"][0]
+    assert main(["status", str(sweep)]) == 0
+    assert "4 bracketed" in capsys.readouterr().out
+    # Relaunching a finished sweep trains nothing.
+    assert main(["launch", str(path), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["trials"] == 0 and summary["points_finished"] == 0
+    assert summary["resumed"]["finished"] == points.height
+
+
+def test_absurd_learning_rates_end_diverged_not_failed(ray_session, tmp_path, capsys):
+    path = tiny_yaml(tmp_path, "absurd", methods="[pre]", depths="[2]", steps=60,
+                     lr="{grid: [50, 200, 800], bounds: [10, 1000], factor: 4, max_points: 6}", concurrency=1)
+    assert main(["launch", str(path)]) == 0
+    sweep = tmp_path / "absurd"
+    points = load_points(sweep)
+    assert set(points["state"]) == {"diverged"}, points.select("lr", "state", "reason")
+    assert points.height == 4  # the grid, one step lower (12.5), then the bound (10) stops it
+    assert (points["diverged_step"] < 60).all(), "divergence ends a trial early"
+    assert points["reason"].null_count() == 0
+    assert load_cells(sweep)["status"].to_list() == ["diverged"]
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if predicate():
+                return
+        except Exception:
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _launch_cmd(path: Path, address: str) -> list[str]:
+    return [sys.executable, "-m", "sweeper.cli", "launch", str(path), "--address", address, "--json"]
+
+
+def test_sigkill_of_the_driver_and_relaunch_retrains_no_finished_point(ray_session, tmp_path):
+    path = tiny_yaml(tmp_path, "killed", depths="[1, 2]", steps=60, stack=2)
+    sweep = tmp_path / "killed"
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    proc = subprocess.Popen(_launch_cmd(path, ray_session), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True, env=env)
+    try:
+        def some_finished_some_running():
+            # Running points past a checkpoint (every 10 steps) that a Tune snapshot (every 2 s) has seen.
+            p = load_points(sweep)
+            running = p.filter((pl.col("state") == "running") & (pl.col("steps") >= 20))
+            return (p["state"] == "ok").sum() >= 2 and running.height >= 1
+
+        _wait_for(some_finished_some_running, 240, "finished and running points")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    killed_at = time.time()
+    before = load_points(sweep)
+    finished_before = before.filter(pl.col("state").is_in(["ok", "diverged"]))
+    assert finished_before.height >= 2
+
+    again = subprocess.run(_launch_cmd(path, ray_session), capture_output=True, text=True, env=env, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    summary = json.loads(again.stdout)
+    assert summary["counts"] == {"bracketed": 4}
+    assert summary["resumed"]["finished"] >= finished_before.height
+    # In-flight points continued from their checkpoints in the restored Tune experiment.
+    assert summary["restored"] and summary["resumed"]["resumed"] >= 1
+
+    after = load_points(sweep)
+    merged = finished_before.join(after, on="point_id", suffix="_after")
+    assert merged.height == finished_before.height
+    assert (merged["state"] == merged["state_after"]).all()
+    assert (merged["attempt"] == merged["attempt_after"]).all()
+    assert (merged["objective"] == merged["objective_after"]).all()
+    # No learning-curve row of a finished point was written after the kill: nothing retrained.
+    curves = load_curves(sweep, point_ids=finished_before["point_id"].to_list())
+    assert curves.filter(pl.col("time") > killed_at).height == 0
+    # The ledger holds exactly one trial per point.
+    storage = storage_url("sqlite", sweep)
+    for cid in after["cell_id"].unique():
+        study = optuna.load_study(study_name=cid, storage=storage)
+        ids = [t.user_attrs["point_id"] for t in study.trials]
+        assert len(ids) == len(set(ids))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _groups_of(marker: str) -> set[int]:
+    out = subprocess.run(["ps", "-eo", "pgid=,args="], capture_output=True, text=True).stdout
+    return {int(line.split()[0]) for line in out.splitlines() if marker in line}
+
+
+def test_two_node_cluster_places_trials_on_the_second_node(tmp_path):
+    psutil = pytest.importorskip("psutil")
+    temp_dir = Path("/tmp") / f"rsw-{os.getpid()}"  # short: Ray's socket paths are length-limited
+    port = _free_port()
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token"}
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    started: set[int] = set()
+    try:
+        subprocess.run([ray_bin, "start", "--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=false",
+                        f"--temp-dir={temp_dir}", "--disable-usage-stats"], check=True, env=env,
+                       capture_output=True, timeout=180)
+        started |= _groups_of(str(temp_dir))
+        subprocess.run([ray_bin, "start", f"--address=127.0.0.1:{port}", "--num-cpus=2",
+                        '--resources={"second_node": 4}'], check=True, env=env, capture_output=True, timeout=180)
+        started |= _groups_of(str(temp_dir))
+        path = tiny_yaml(tmp_path, "cluster", methods="[pre]", depths="[1]", steps=30,
+                         resources="{cpu: 1, custom: {second_node: 1}}", concurrency=2)
+        raylets = {p.pid: " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["name", "cmdline"])
+                   if p.info["name"] == "raylet" and str(temp_dir) in " ".join(p.info["cmdline"] or [])}
+        assert len(raylets) == 2
+        second = next(pid for pid, cmd in raylets.items() if "second_node" in cmd)
+        launch = subprocess.Popen([sys.executable, "-m", "sweeper.cli", "launch", str(path), "--address",
+                                   f"127.0.0.1:{port}", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True, env=env)
+        # While it runs, find the trial actors (Tune's function trainables) and the raylet that started each.
+        placed: dict[int, int] = {}
+        while launch.poll() is None:
+            for p in psutil.process_iter(["cmdline"]):
+                cmd = " ".join(p.info["cmdline"] or [])
+                if cmd.startswith("ray::ImplicitFunc") and p.pid not in placed:
+                    try:
+                        placed[p.pid] = next((q.pid for q in p.parents() if q.pid in raylets), -1)
+                    except psutil.NoSuchProcess:
+                        continue
+            time.sleep(0.1)
+        out, err = launch.communicate()
+        assert launch.returncode == 0, err[-3000:]
+        assert json.loads(out)["counts"] == {"bracketed": 1}
+        assert placed, "no trial process was seen"
+        assert set(placed.values()) == {second}, placed
+        assert load_points(tmp_path / "cluster")["state"].is_in(["ok", "diverged"]).all()
+    finally:
+        started |= _groups_of(str(temp_dir))
+        for group in started:
+            try:
+                os.killpg(group, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.time() + 10
+        while time.time() < deadline and _groups_of(str(temp_dir)):
+            time.sleep(0.5)
+        for group in _groups_of(str(temp_dir)):
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
