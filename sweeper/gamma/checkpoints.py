@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -257,9 +257,6 @@ def is_project_export(folder: Path) -> bool:
         return False
 
 
-BuildGains = Callable[[dict[str, Any], Path], dict[str, np.ndarray]]
-
-
 def _model_layer_gains(model_dict: dict[str, Any], weights: Path) -> dict[str, np.ndarray]:
     """Rebuild the project's model, load one member's weights, return `layer_gains()` as (L, d) arrays."""
     try:
@@ -287,7 +284,7 @@ def _model_layer_gains(model_dict: dict[str, Any], weights: Path) -> dict[str, n
     return {site: value[0].detach().to(torch.float64).cpu().numpy() for site, value in gains.items()}
 
 
-def read_project_export(folder: Path, *, suffix: str = "", build: BuildGains = _model_layer_gains) -> ModelGains:
+def read_project_export(folder: Path) -> ModelGains:
     """The effective per-layer gains of one exported member of this project's trials."""
     config = _read_json(folder / "config.json")
     weights = folder / "model.safetensors"
@@ -296,7 +293,7 @@ def read_project_export(folder: Path, *, suffix: str = "", build: BuildGains = _
     model_dict = config.get("model")
     if not isinstance(model_dict, dict):
         raise UserError(f"{folder}/config.json: `model` (the ModelConfig) is missing")
-    per_site = build(model_dict, weights)
+    per_site = _model_layer_gains(model_dict, weights)
     if not per_site:
         raise UserError(f"{folder}: the model reports no per-layer gains (scheme {model_dict.get('scheme')!r})")
     scheme = str(model_dict.get("scheme", "?"))
@@ -309,14 +306,16 @@ def read_project_export(folder: Path, *, suffix: str = "", build: BuildGains = _
             sites[site] = SiteGains(np.flatnonzero(present) + 1, gains[present])
     n_layers = max(g.shape[0] for g in per_site.values())
     lr = config.get("lr")
-    label = f"{scheme} L{depth}" + (f" lr={float(lr):.3g}" if isinstance(lr, (int, float)) else "") + suffix
+    label = f"{scheme} L{depth}" + (f" lr={float(lr):.3g}" if isinstance(lr, (int, float)) else "")
     notes = ["effective gains from model.layer_gains()"]
     if scheme == "layerrope":
         notes.append("LayerRoPE: each layer's gain is the shared γ scaled by exp(a_mag + b_mag ln l) and rotated pairwise")
+    if config.get("outcome") not in (None, "ok"):
+        notes.append(f"trial outcome: {config['outcome']} (these are its last weights)")
     return ModelGains(
         name=label, path=str(folder), source=PROJECT_FORMAT, layout=f"layerrope-sweeper ({scheme})",
         model_type=scheme, n_layers=n_layers, gain_transform="w", sites=sites, notes=tuple(notes),
-        meta={k: config.get(k) for k in ("lr", "point_id", "outcome") if k in config},
+        meta={k: config[k] for k in ("lr", "point_id", "outcome", "loss", "steps", "seed") if k in config},
     )
 
 
@@ -344,5 +343,5 @@ def read_checkpoint(path: Path) -> list[ModelGains]:
         if not (path / "config.json").exists():
             members = _export_members(path)
             if members:
-                return [read_project_export(m, suffix=f" #{m.name}") for m in members]
+                return [read_project_export(m) for m in members]
     return read_hf(path)

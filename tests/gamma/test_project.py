@@ -93,7 +93,7 @@ def test_a_folder_of_exports_reads_every_member(tmp_path: Path) -> None:
     for i, lr in enumerate((1e-3, 3e-3)):
         _export(tmp_path / "export" / str(i), cfg, state, lr=lr)
     models = read_checkpoint(tmp_path / "export")
-    assert [m.name for m in models] == ["pre L12 lr=0.001 #0", "pre L12 lr=0.003 #1"]
+    assert [m.name for m in models] == ["pre L12 lr=0.001", "pre L12 lr=0.003"]
     assert models[1].meta["lr"] == 3e-3
 
 
