@@ -308,7 +308,8 @@ class SweepState:
         self.trial_points[tune_trial_id] = pids
         self.stats.trials_started += 1
         self.refresh(cid)
-        return trial_config(cell, lrs, pids, export=self.plan.config.export_weights, sweep_dir=str(self.plan.sweep_dir))
+        return trial_config(cell, lrs, pids, export=self.plan.config.export_weights, sweep_dir=str(self.plan.sweep_dir),
+                            tune_trial_id=tune_trial_id)
 
     # -- trial events ---------------------------------------------------------------------------
     def _mine(self, tune_trial_id: str, pids: Iterable[str]) -> list[PointRecord]:
@@ -513,7 +514,8 @@ def cell_attrs(cell: Cell) -> dict[str, Any]:
     }
 
 
-def trial_config(cell: Cell, lrs: list[float], pids: list[str], *, export: bool, sweep_dir: str) -> dict[str, Any]:
+def trial_config(cell: Cell, lrs: list[float], pids: list[str], *, export: bool, sweep_dir: str,
+                 tune_trial_id: str) -> dict[str, Any]:
     """The Ray Tune config of one trial: the trial spec plus what the sweeper's adapters read."""
     from trials.spec import TrialSpec
 
@@ -521,5 +523,6 @@ def trial_config(cell: Cell, lrs: list[float], pids: list[str], *, export: bool,
                      lrs=list(lrs), seed=cell.seed, point_ids=list(pids))
     config: dict[str, Any] = {"spec": spec.to_dict(), "cell_id": cell.cell_id, "resources": dict(cell.resources)}
     if export:
-        config["export_dir"] = f"{sweep_dir}/exports/{cell.cell_id.replace('/', '_')}"
+        # exports/<cell>/<trial>/<member>/{model.safetensors,config.json}; config.json names the point_id
+        config["export_dir"] = f"{sweep_dir}/exports/{cell.cell_id.replace('/', '_')}/{tune_trial_id}"
     return config
