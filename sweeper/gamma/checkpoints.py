@@ -71,9 +71,9 @@ def _read_json(path: Path) -> dict[str, Any]:
 class _TensorStore:
     """Tensor names of a set of weight files and lazy access to single tensors."""
 
-    def __init__(self, files_by_name: dict[str, Path]) -> None:
+    def __init__(self, files_by_name: dict[str, Path], torch_cache: dict[Path, dict[str, Any]]) -> None:
         self.files_by_name = files_by_name
-        self._torch_cache: dict[Path, dict[str, Any]] = {}
+        self._torch_cache = torch_cache  # .bin state dicts already opened while listing names
         self._safetensors: dict[Path, Any] = {}
         self.kinds = {"safetensors" if f.suffix == ".safetensors" else "torch" for f in files_by_name.values()}
 
@@ -147,14 +147,14 @@ def _index_files(index_path: Path) -> dict[str, Path]:
     return files
 
 
-def _weight_files(folder: Path) -> dict[str, Path]:
+def _weight_files(folder: Path, cache: dict[Path, dict[str, Any]]) -> dict[str, Path]:
     """Tensor name -> file, for the weights of a model folder."""
     for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
         if (folder / index).is_file():
             return _index_files(folder / index)
     for single in ("model.safetensors", "pytorch_model.bin"):
         if (folder / single).is_file():
-            return _file_names(folder / single)
+            return _file_names(folder / single, cache)
     candidates = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
     safetensors = [p for p in candidates if p.suffix == ".safetensors"]
     chosen = safetensors or candidates
@@ -165,16 +165,16 @@ def _weight_files(folder: Path) -> dict[str, Path]:
         )
     files: dict[str, Path] = {}
     for path in chosen:
-        for name, file in _file_names(path).items():
+        for name, file in _file_names(path, cache).items():
             files.setdefault(name, file)
     return files
 
 
-def _file_names(path: Path) -> dict[str, Path]:
+def _file_names(path: Path, cache: dict[Path, dict[str, Any]]) -> dict[str, Path]:
     if path.suffix == ".safetensors":
         return {name: path for name in _safetensors_names(path)}
     if path.suffix in (".bin", ".pt", ".pth"):
-        return {name: path for name in _torch_state_dict(path, {})}
+        return {name: path for name in _torch_state_dict(path, cache)}
     raise UserError(f"{path}: not a weights file (expected {', '.join(WEIGHT_SUFFIXES)})")
 
 
@@ -186,14 +186,16 @@ def _display_name(path: Path) -> str:
 def read_hf(path: Path) -> list[ModelGains]:
     """Norm gains of a Hugging Face folder (or a single weights file), one entry per layer stack."""
     folder = path if path.is_dir() else path.parent
-    config = _read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
+    has_config = (folder / "config.json").is_file()
+    config = _read_json(folder / "config.json") if has_config else {}
+    torch_cache: dict[Path, dict[str, Any]] = {}
     if path.is_dir():
-        files = _weight_files(path)
+        files = _weight_files(path, torch_cache)
     elif path.name.endswith(".index.json"):
         files = _index_files(path)
     else:
-        files = _file_names(path)
-    store = _TensorStore(files)
+        files = _file_names(path, torch_cache)
+    store = _TensorStore(files, torch_cache)
     try:
         stacks = detect_layouts(store.names, config)
     except UnknownLayout as exc:
@@ -207,6 +209,9 @@ def read_hf(path: Path) -> list[ModelGains]:
     base_name = _display_name(path)
     source = "safetensors" if store.kinds == {"safetensors"} else "torch"
     mtype = model_type(config)
+    extra_notes: tuple[str, ...] = () if has_config else (
+        "no config.json beside the weights: family conventions such as Gemma's (1 + w) gains were not applied",
+    )
     results = []
     for stack in stacks:
         shared = stack.shared_sites()
@@ -227,7 +232,7 @@ def read_hf(path: Path) -> list[ModelGains]:
             ModelGains(
                 name=label, path=str(path), source=source, layout=stack.rule.name, model_type=mtype,
                 n_layers=stack.n_layers, gain_transform="1 + w" if stack.zero_centered else "w",
-                sites=sites, notes=stack.notes, meta={"stack": stack.stack},
+                sites=sites, notes=stack.notes + extra_notes, meta={"stack": stack.stack},
             )
         )
     return results

@@ -79,7 +79,10 @@ def test_bfloat16_and_a_single_file_path(ckpt, planted, tmp_path: Path) -> None:
     ckpt.llama(tmp_path / "m", attn_in=gains, mlp_in=gains, dtype="bfloat16")
     (model,) = read_checkpoint(tmp_path / "m" / "model.safetensors")
     np.testing.assert_allclose(model.sites["mlp_in"].gains, gains, rtol=1e-2)
-    assert model.source == "safetensors"
+    assert model.source == "safetensors" and model.model_type == "llama"
+    (tmp_path / "m" / "config.json").unlink()
+    (bare,) = read_checkpoint(tmp_path / "m" / "model.safetensors")
+    assert bare.model_type is None and any("no config.json" in n for n in bare.notes)
 
 
 def test_gemma2_gains_are_reported_as_one_plus_w(ckpt, planted, tmp_path: Path) -> None:
