@@ -57,23 +57,29 @@ class LayerRoPE(nn.Module):
         self.a_rot = nn.Parameter(torch.zeros(shape, **factory))
         self.b_rot = nn.Parameter(torch.full(shape, float(beta_init), **factory))
         j = torch.arange(d // 2, dtype=torch.float64)
-        self.register_buffer("freq", (base ** (-2.0 * j / d)).to(device=device, dtype=dtype or torch.float32), persistent=False)
+        # Constants kept in fp64 and cast to the parameters' dtype in forward: exact in any precision.
+        self.register_buffer("freq", (base ** (-2.0 * j / d)).to(device=device), persistent=False)
         if depths is None:
-            depths = torch.arange(1, n_layers + 1, dtype=torch.float64)
-        depths = torch.as_tensor(depths, dtype=torch.float64)
-        if depths.shape != (n_layers,) or not bool((depths > 0).all()):
+            depths = range(1, n_layers + 1)
+        if not isinstance(depths, Tensor):
+            if len(depths) != n_layers or min(depths) <= 0:
+                raise ValueError(f"LayerRoPE depths must be {n_layers} positive numbers, got {list(depths)}")
+            depths = torch.tensor([float(v) for v in depths], dtype=torch.float64)
+        elif depths.shape != (n_layers,) or (depths.device.type != "meta" and not bool((depths > 0).all())):
             raise ValueError(f"LayerRoPE depths must be {n_layers} positive numbers, got shape {tuple(depths.shape)}")
-        self.register_buffer("log_depth", depths.log().to(device=device, dtype=dtype or torch.float32), persistent=False)
+        depths = depths.to(torch.float64)
+        self.register_buffer("log_depth", depths.log().to(device=device), persistent=False)
 
     def forward(self, depths: Tensor | None = None) -> Tensor:
         """Gains for every depth index: `[n_layers, d]`, or `[K, n_layers, d]` when stacked.
 
         `depths` (1-D, positive) overrides the depth indices for this call.
         """
-        log_l = self.log_depth if depths is None else depths.to(self.log_depth).log()
+        dtype = self.gamma.dtype
+        log_l = (self.log_depth if depths is None else depths.to(self.log_depth).log()).to(dtype)
         magnitude = torch.exp(self.a_mag[..., None] + self.b_mag[..., None] * log_l)  # [*S, L]
         theta = torch.exp(self.a_rot[..., None] + self.b_rot[..., None] * log_l)  # [*S, L]
-        angle = theta[..., None] * self.freq  # [*S, L, d/2]
+        angle = theta[..., None] * self.freq.to(dtype)  # [*S, L, d/2]
         cos, sin = torch.cos(angle), torch.sin(angle)
         pairs = self.gamma.unflatten(-1, (self.d // 2, 2))  # [*S, d/2, 2]
         g_re, g_im = pairs[..., 0].unsqueeze(-2), pairs[..., 1].unsqueeze(-2)  # [*S, 1, d/2]

@@ -27,8 +27,11 @@ def rms_norm(x: Tensor, eps: float) -> Tensor:
 class Rotary(NamedTuple):
     """RoPE tables for one sequence length, computed once per forward and shared by all layers.
 
-    Pairs are interleaved (dims 2j, 2j+1 of each head rotate together by angle t * base^(-2j/hd)).
-    `cos`, `sin`: `[T, 1, 1, hd/2]`; `cis` = cos + i sin (complex), or None when not needed.
+    Pairs are interleaved: dims 2j, 2j+1 of each head turn together by angle t * base^(-2j/hd) at
+    position t. The tables act on the fused `[.., T, 3, H, hd]` q|k|v tensor at once: slot 2 (v) has
+    angle 0, so rotating all of qkv rotates q and k and leaves v as it is (one kernel, and no
+    zero-filled slice gradients in the backward pass).
+    `cos`, `sin`: `[T, 3, 1, hd/2]`; `cis` = cos + i sin (complex), None under torch.compile.
     """
 
     cos: Tensor
@@ -36,32 +39,32 @@ class Rotary(NamedTuple):
     cis: Tensor | None
 
 
-def rope_inv_freq(head_dim: int, base: float) -> Tensor:
-    j = torch.arange(head_dim // 2, dtype=torch.float64)
-    return (base ** (-2.0 * j / head_dim)).float()
-
-
-def rotary_tables(seq_len: int, inv_freq: Tensor) -> Rotary:
-    positions = torch.arange(seq_len, device=inv_freq.device, dtype=torch.float32)
-    angle = torch.outer(positions, inv_freq.float())[:, None, None, :]
+def rotary_tables(
+    seq_len: int, head_dim: int, base: float, device: torch.device, dtype: torch.dtype = torch.float32
+) -> Rotary:
+    """Tables in `dtype` (fp32, or fp64 for an fp64 model; never 16-bit, angles need the precision)."""
+    inv_freq = base ** (-2.0 * torch.arange(head_dim // 2, device=device, dtype=torch.float64) / head_dim)
+    positions = torch.arange(seq_len, device=device, dtype=torch.float64)
+    slot_rotates = (torch.arange(3, device=device) < 2).to(torch.float64)  # q, k turn; v does not
+    angle = (positions[:, None, None, None] * slot_rotates[None, :, None, None] * inv_freq).to(dtype)
     cos, sin = angle.cos(), angle.sin()
     cis = None if torch.compiler.is_compiling() else torch.complex(cos, sin)
     return Rotary(cos, sin, cis)
 
 
-def apply_rotary(x: Tensor, rope: Rotary) -> Tensor:
-    """Rotate interleaved pairs of the last dim of `x` `[N, T, ..., hd]` by the position angles.
+def apply_rotary(qkv: Tensor, rope: Rotary) -> Tensor:
+    """Rotate q and k of the fused `qkv` `[N, T, 3, H, hd]` by their positions (v unchanged).
 
     Eagerly, one complex multiply (one kernel, the fastest form on CPU; computed in fp32 for
     16-bit inputs). Under torch.compile the real form, which the compiler fuses into one kernel.
     """
     if rope.cis is None:
-        x0, x1 = x.unflatten(-1, (-1, 2)).unbind(-1)
-        cos, sin = rope.cos.to(x.dtype), rope.sin.to(x.dtype)
+        x0, x1 = qkv.unflatten(-1, (-1, 2)).unbind(-1)
+        cos, sin = rope.cos.to(qkv.dtype), rope.sin.to(qkv.dtype)
         return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
-    wide = x if x.dtype in (torch.float32, torch.float64) else x.float()
+    wide = qkv if qkv.dtype in (torch.float32, torch.float64) else qkv.float()
     z = torch.view_as_complex(wide.unflatten(-1, (-1, 2))) * rope.cis
-    return torch.view_as_real(z).flatten(-2).to(x.dtype)
+    return torch.view_as_real(z).flatten(-2).to(qkv.dtype)
 
 
 # ---- sublayers ---------------------------------------------------------------------------------------
@@ -83,8 +86,9 @@ class Attention(nn.Module):
         seq = seq_len
         batch = k_models * (n_tokens // seq)
         qkv = torch.bmm(x, self.qkv).view(batch, seq, 3, self.n_heads, self.head_dim)
-        qk = qkv[:, :, :2] if rope is None else apply_rotary(qkv[:, :, :2], rope)
-        q, k, v = qk[:, :, 0].transpose(1, 2), qk[:, :, 1].transpose(1, 2), qkv[:, :, 2].transpose(1, 2)
+        if rope is not None:
+            qkv = apply_rotary(qkv, rope)
+        q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))  # [K*B, H, T, hd] each
         y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)  # [K*B, H, T, hd]
         y = y.transpose(1, 2).reshape(k_models, n_tokens, self.width)
         return torch.bmm(y, self.o)
@@ -133,13 +137,19 @@ class ResidualStep:
         return self._fn(x)
 
     def norm(self, x: Tensor, site: str | None = None) -> Tensor:
-        y = rms_norm(x, self._eps)
-        return y if site is None else self.gain(y, site)
+        if site is None:
+            return rms_norm(x, self._eps)
+        g = self._site_gain(site)
+        if g.shape[0] == 1:  # one member: the gain fits rms_norm's weight (a fused kernel on GPUs)
+            return F.rms_norm(x, (x.shape[-1],), g[0], eps=self._eps)
+        return rms_norm(x, self._eps) * g.unsqueeze(-2)
 
     def gain(self, x: Tensor, site: str) -> Tensor:
+        return x * self._site_gain(site).unsqueeze(-2)
+
+    def _site_gain(self, site: str) -> Tensor:
         key = self._prefix + site
-        g = self._gains[key] if key in self._gains else self._external[key]
-        return x * g.unsqueeze(-2)
+        return self._gains[key] if key in self._gains else self._external[key]
 
     def const(self, name: str) -> Tensor:
         return getattr(self._consts, "c_" + name)

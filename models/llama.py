@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from models.config import ModelConfig
-from models.layers import Attention, ResidualStep, SwiGLU, rms_norm, rope_inv_freq, rotary_tables
+from models.layers import Attention, ResidualStep, SwiGLU, rms_norm, rotary_tables
 from models.registry import make_scheme
 from models.scheme import BLOCK_WEIGHTS, ParamKind, Scheme
 from models.stacked import StackedModel
@@ -50,8 +50,9 @@ class Block(nn.Module):
         self.mlp = SwiGLU(cfg.width, cfg.hidden, stack=stack)
         self.gains = nn.ParameterDict({site: nn.Parameter(torch.ones(stack, cfg.width)) for site in scheme.block_sites(layer)})
         for name, value in scheme.constants(layer).items():
-            # A tensor, not a Python float: one compiled block then serves every layer.
-            self.register_buffer("c_" + name, torch.tensor(float(value)), persistent=False)
+            # A 0-dim tensor, not a Python float, so that one compiled block serves every layer;
+            # fp64 so that it is exact in an fp64 model (a 0-dim tensor does not promote x's dtype).
+            self.register_buffer("c_" + name, torch.tensor(float(value), dtype=torch.float64), persistent=False)
         self.step = scheme.step_for(layer)
 
     def forward(self, h: Tensor, seq_len: int, rope, external: Mapping[str, Tensor]) -> Tensor:
@@ -92,7 +93,6 @@ class LlamaLM(StackedModel):
         self.site_gains = scheme.make_site_gains(cfg, stack)
         self.final_gain = nn.Parameter(torch.ones(stack, d)) if scheme.final_norm else None
         self.head = nn.Parameter(torch.empty(stack, d, cfg.vocab))
-        self.register_buffer("rope_inv_freq", rope_inv_freq(cfg.head_dim, cfg.rope_base), persistent=False)
         self.register_buffer("vocab_offsets", torch.arange(stack)[:, None] * cfg.vocab, persistent=False)
 
     # ---- init -------------------------------------------------------------------------------------
@@ -129,7 +129,8 @@ class LlamaLM(StackedModel):
         h = self.embed(idx)
         if self.embed_gain is not None:
             h = rms_norm(h, self.cfg.norm_eps) * self.embed_gain.unsqueeze(1)
-        rope = rotary_tables(seq, self.rope_inv_freq)
+        table_dtype = torch.float64 if h.dtype == torch.float64 else torch.float32
+        rope = rotary_tables(seq, self.cfg.head_dim, self.cfg.rope_base, h.device, table_dtype)
         for block, external in zip(self.blocks, self._external_gains_by_layer()):
             h = block(h, seq, rope, external)
         if self.final_gain is not None:

@@ -1,0 +1,214 @@
+"""Benchmarks of the networks on this machine (figures, not tests). Run one per process:
+
+    python -m models.bench deep   [--depth 512] [--scheme pre] [--batch 2] [--seq 64]
+    python -m models.bench step   [--depth 8] [--vocab 32000] [--stack 1] [--threads 2] [--scheme pre]
+    python -m models.bench plain  [--depth 8] [--vocab 256] [--threads 2]
+
+`deep`: build a width-128 model (vocab 32000) and run one forward+backward on a batch of
+`batch x seq` tokens: build time, step wall time, peak resident memory (ru_maxrss of this process,
+and the part above the RSS after `import torch`). `step`: tokens/s of full AdamW training steps
+(width 128, seq 128, batch 8, fp32) with the matmul peak measured in the same run and the achieved
+fraction of it counted as 6 N tokens. `plain`: a K = 1 stacked model against the same network
+written with plain `nn.Linear` layers, and K = 4 stacked against 4 separate K = 1 models.
+Every result is printed as one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from models.build import build_model
+from models.config import ModelConfig
+from models.counting import count_params, flops_per_token
+from models.layers import apply_rotary, rotary_tables
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def current_rss_mib() -> float:
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * resource.getpagesize() / 2**20
+
+
+def timed(fn: Callable[[], object], repeats: int, warmup: int = 1) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def matmul_peak_gflops(size: int = 1024, repeats: int = 20) -> float:
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    best = min(timed(lambda: a @ b, repeats, warmup=3))
+    return 2 * size**3 / best / 1e9
+
+
+def bench_deep(args: argparse.Namespace) -> dict:
+    rss_after_import = current_rss_mib()
+    cfg = ModelConfig(width=128, n_heads=4, depth=args.depth, vocab=32000, seq_len=args.seq, scheme=args.scheme)
+    start = time.perf_counter()
+    model = build_model(cfg, stack=1, seed=0)
+    build_s = time.perf_counter() - start
+    idx = torch.randint(0, cfg.vocab, (args.batch, args.seq), generator=torch.Generator().manual_seed(0))
+
+    def step() -> float:
+        model.zero_grad(set_to_none=True)
+        loss = model.member_losses(idx[:, :-1], idx[:, 1:]).sum()
+        loss.backward()
+        return float(loss)
+
+    start = time.perf_counter()
+    loss = step()
+    first_s = time.perf_counter() - start
+    again = timed(step, args.repeats, warmup=0)
+    return {
+        "bench": "deep", "scheme": args.scheme, "depth": args.depth, "tokens": args.batch * args.seq,
+        "params": count_params(cfg)["total"], "threads": torch.get_num_threads(), "build_s": round(build_s, 3),
+        "first_fwd_bwd_s": round(first_s, 3), "fwd_bwd_s_median": round(statistics.median(again), 3),
+        "loss": round(loss, 4), "peak_rss_mib": round(peak_rss_mib(), 1),
+        "peak_rss_above_torch_import_mib": round(peak_rss_mib() - rss_after_import, 1),
+    }
+
+
+def train_step_fn(model: nn.Module, loss_fn: Callable[[], Tensor], lr: float = 1e-3) -> Callable[[], None]:
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.1, foreach=True)
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        loss_fn().backward()
+        optimizer.step()
+
+    return step
+
+
+def bench_step(args: argparse.Namespace) -> dict:
+    cfg = ModelConfig(width=128, n_heads=4, depth=args.depth, vocab=args.vocab, seq_len=128, scheme=args.scheme)
+    model = build_model(cfg, stack=args.stack, seed=0)
+    gen = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, cfg.vocab, (args.batch, cfg.seq_len + 1), generator=gen)
+    step = train_step_fn(model, lambda: model.member_losses(tokens[:, :-1], tokens[:, 1:]).sum())
+    times = timed(step, args.repeats, warmup=2)
+    peak = matmul_peak_gflops()
+    per_step = statistics.median(times)
+    tokens_per_step = args.batch * cfg.seq_len * args.stack  # member-tokens
+    six_n = 6 * count_params(cfg)["matmul"]
+    return {
+        "bench": "step", "scheme": args.scheme, "depth": args.depth, "vocab": args.vocab, "stack": args.stack,
+        "threads": torch.get_num_threads(), "step_s_median": round(per_step, 4), "step_s_min": round(min(times), 4),
+        "tokens_per_s": round(tokens_per_step / per_step), "matmul_peak_gflops": round(peak, 1),
+        "achieved_6N_gflops": round(six_n * tokens_per_step / per_step / 1e9, 1),
+        "fraction_of_peak_6N": round(six_n * tokens_per_step / per_step / 1e9 / peak, 3),
+        "flops_per_token_incl_attention": flops_per_token(cfg),
+    }
+
+
+class PlainPreNormLM(nn.Module):
+    """The K = 1 Pre-Norm decoder written the ordinary way (nn.Linear, fused RMSNorm weight)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        d, h = cfg.width, cfg.hidden
+        self.cfg = cfg
+        self.emb = nn.Embedding(cfg.vocab, d)
+        self.layers = nn.ModuleList()
+        for _ in range(cfg.depth):
+            self.layers.append(nn.ModuleDict({
+                "qkv": nn.Linear(d, 3 * d, bias=False), "o": nn.Linear(d, d, bias=False),
+                "gate_up": nn.Linear(d, 2 * h, bias=False), "down": nn.Linear(h, d, bias=False),
+                "n1": nn.RMSNorm(d, eps=cfg.norm_eps), "n2": nn.RMSNorm(d, eps=cfg.norm_eps),
+            }))
+        self.norm = nn.RMSNorm(d, eps=cfg.norm_eps)
+        self.head = nn.Linear(d, cfg.vocab, bias=False)
+
+    def forward(self, idx: Tensor) -> Tensor:
+        batch, seq = idx.shape
+        heads, hd = self.cfg.n_heads, self.cfg.head_dim
+        rope = rotary_tables(seq, hd, self.cfg.rope_base, idx.device)
+        x = self.emb(idx)
+        for layer in self.layers:
+            qkv = apply_rotary(layer["qkv"](layer["n1"](x)).view(batch, seq, 3, heads, hd), rope)
+            q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(batch, seq, -1)
+            x = x + layer["o"](y)
+            gate, up = layer["gate_up"](layer["n2"](x)).chunk(2, dim=-1)
+            x = x + layer["down"](F.silu(gate) * up)
+        return self.head(self.norm(x))
+
+
+def bench_plain(args: argparse.Namespace) -> dict:
+    cfg = ModelConfig(width=128, n_heads=4, depth=args.depth, vocab=args.vocab, seq_len=128)
+    gen = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, cfg.vocab, (args.batch, cfg.seq_len + 1), generator=gen)
+    x, y = tokens[:, :-1], tokens[:, 1:]
+
+    plain = PlainPreNormLM(cfg)
+    plain_step = train_step_fn(plain, lambda: F.cross_entropy(plain(x).flatten(0, 1), y.flatten()))
+    one = build_model(cfg, stack=1, seed=0)
+    one_step = train_step_fn(one, lambda: one.member_losses(x, y).sum())
+    four = build_model(cfg, stack=4, seed=0)
+    four_step = train_step_fn(four, lambda: four.member_losses(x, y).sum())
+    singles = [build_model(cfg, stack=1, seed=0) for _ in range(4)]
+    single_steps = [train_step_fn(m, lambda m=m: m.member_losses(x, y).sum()) for m in singles]
+
+    def four_separate() -> None:
+        for step in single_steps:
+            step()
+
+    results = {}
+    # Interleave the candidates so that load from other processes affects them alike.
+    for _ in range(args.rounds):
+        for name, fn in (("plain_k1", plain_step), ("stacked_k1", one_step), ("stacked_k4", four_step), ("separate_4x_k1", four_separate)):
+            results.setdefault(name, []).extend(timed(fn, args.repeats, warmup=1))
+    med = {name: statistics.median(times) for name, times in results.items()}
+    return {
+        "bench": "plain", "depth": args.depth, "vocab": args.vocab, "threads": torch.get_num_threads(),
+        **{f"{name}_step_s": round(value, 4) for name, value in med.items()},
+        "stacked_k1_over_plain": round(med["stacked_k1"] / med["plain_k1"], 3),
+        "stacked_k4_over_4x_separate": round(med["stacked_k4"] / med["separate_4x_k1"], 3),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m models.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("which", choices=["deep", "step", "plain"])
+    parser.add_argument("--depth", type=int)
+    parser.add_argument("--scheme", default="pre")
+    parser.add_argument("--batch", type=int)
+    parser.add_argument("--seq", type=int, default=64)
+    parser.add_argument("--vocab", type=int)
+    parser.add_argument("--stack", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    if args.which == "deep":
+        args.depth, args.batch = args.depth or 512, args.batch or 2
+        args.repeats = min(args.repeats, 3)
+        result = bench_deep(args)
+    elif args.which == "step":
+        args.depth, args.batch, args.vocab = args.depth or 8, args.batch or 8, args.vocab or 32000
+        result = bench_step(args)
+    else:
+        args.depth, args.batch, args.vocab = args.depth or 8, args.batch or 8, args.vocab or 256
+        result = bench_plain(args)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
