@@ -182,8 +182,8 @@ def collect(
                              "(optimum may lie beyond; --include-edge to fit it anyway)"})
             continue
         if status not in FITTABLE and status != "edge":
-            reason = {"diverged": "every finished point diverged", "pending": "not started",
-                      "running": "still running"}.get(status, f"status {status}")
+            reason = {"diverged": "every finished point diverged", "failed": "every point failed (crashed)",
+                      "pending": "not started", "running": "still running"}.get(status, f"status {status}")
             excluded.append({"cell_id": cid, "reason": reason})
             continue
         if not ok:

@@ -47,7 +47,7 @@ def test_loglog_slope_of_a_pure_power_law() -> None:
     assert not fit.trustworthy
 
 
-@pytest.mark.parametrize("points", [5, 8])
+@pytest.mark.parametrize("points", [4, 6])
 def test_95_percent_intervals_cover_the_truth_about_95_percent_of_the_time(points: int) -> None:
     """Repeated noisy draws: the share of intervals containing the true E, α and a prediction."""
     x = DEPTHS[np.linspace(0, DEPTHS.size - 1, points).astype(int)]
@@ -62,8 +62,8 @@ def test_95_percent_intervals_cover_the_truth_about_95_percent_of_the_time(point
         _, lo, hi = fit.predict(np.array([1024.0]))
         hits += [fit.E.contains(3.2), fit.alpha.contains(0.9), lo[0] <= truth_far <= hi[0]]
     coverage = hits / draws
-    # 150 draws: the binomial standard error at 95% is 1.8 points; a plain residual bootstrap
-    # (scheme="residual-raw") measures ≈ 0.78 at 5 points and ≈ 0.86 at 8 and fails this band.
+    # 150 draws: the binomial standard error at 95% is 1.8 points. A plain residual bootstrap
+    # (scheme="residual-raw") measures ≈ 0.61 at 4 points and ≈ 0.86 at 6 and fails this band.
     assert np.all(coverage >= 0.88) and np.all(coverage <= 0.99), coverage
 
 
