@@ -1,0 +1,124 @@
+"""`sweeper models [--json]`: the named model sizes with exact parameter counts and training FLOPs per token.
+
+Counts come from `models.count_params` / `models.flops_per_token`, computed from the configuration
+(no torch import, so the listing is instant); a scheme changes only the norm-gain parameters, so
+the listing is for one scheme at a time (`--scheme`, default `pre`). Also lists the registered
+normalization schemes and their options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from sweeper.errors import UserError
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be >= 1")
+    return value
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "models",
+        help="named model sizes: exact parameter counts (total, non-embedding) and training FLOPs per token",
+        description=(
+            "List every named model configuration (the depth ladder w128-L48..L512, the width ladder "
+            "58M..1.3B, tiny CPU sizes) with exact parameter counts and training FLOPs per token "
+            "(6*N_matmul + 12*L*T*d; see models/counting.py), and the registered normalization schemes."
+        ),
+    )
+    parser.add_argument("--scheme", default="pre", help="count the norm gains of this scheme (default: pre)")
+    parser.add_argument("--seq-len", type=_positive_int, default=None, metavar="T",
+                        help="sequence length for the attention FLOPs (default: each config's seq_len, 256)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.set_defaults(func=run)
+
+
+def _ladder(name: str) -> str:
+    if name.startswith("w128-L"):
+        return "depth"
+    return "tiny" if name.startswith(("tiny", "micro")) else "width"
+
+
+def collect(scheme: str, seq_len: int | None) -> dict[str, Any]:
+    from dataclasses import replace
+
+    from models import count_params, flops_per_token, named_configs
+    from models.registry import get_scheme, scheme_names
+
+    try:
+        get_scheme(scheme)
+    except ValueError as exc:
+        raise UserError(f"--scheme: {exc}") from None
+    rows = []
+    for name, base in named_configs().items():
+        cfg = replace(base, scheme=scheme)
+        counts = count_params(cfg)
+        rows.append({
+            "name": name, "ladder": _ladder(name), "width": cfg.width, "n_heads": cfg.n_heads, "depth": cfg.depth,
+            "mlp_hidden": cfg.hidden, "vocab": cfg.vocab, "seq_len": cfg.seq_len if seq_len is None else seq_len,
+            "params": counts["total"], "params_nonembed": counts["nonembed"], "params_matmul": counts["matmul"],
+            "flops_per_token": flops_per_token(cfg, seq_len),
+        })
+    schemes = []
+    for name in scheme_names():
+        cls = get_scheme(name)
+        schemes.append({"name": name, "description": cls(1).describe(), "options": dict(cls.defaults)})
+    return {"scheme": scheme, "configs": rows, "schemes": schemes,
+            "flops_definition": "training FLOPs per token per model: 6*N_matmul (all parameter matmuls incl. the "
+                                "LM head, not the embedding lookup) + 12*L*T*d (attention QK^T and AV, full TxT)"}
+
+
+def _short(value: float) -> str:
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= size:
+            return f"{value / size:.4g}{unit}"
+    return f"{value:g}"
+
+
+def run(args: argparse.Namespace) -> int:
+    data = collect(args.scheme, args.seq_len)
+    if args.json:
+        json.dump(data, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console() if sys.stdout.isatty() else Console(width=120)
+    table = Table(title=f"Named model sizes: scheme {data['scheme']}, exact counts per model", box=box.SIMPLE_HEAD,
+                  padding=(0, 0), pad_edge=False)
+    for header in ("name", "d/heads", "L", "MLP", "V", "T", "params", "non-embed", "FLOPs/tok"):
+        table.add_column(header, justify="left" if header == "name" else "right", no_wrap=True)
+    previous = None
+    for row in data["configs"]:
+        if previous is not None and row["ladder"] != previous:
+            table.add_section()
+        previous = row["ladder"]
+        table.add_row(
+            row["name"], f"{row['width']}/{row['n_heads']}", str(row["depth"]), str(row["mlp_hidden"]), str(row["vocab"]),
+            str(row["seq_len"]), f"{row['params']:,}", f"{row['params_nonembed']:,}", _short(row["flops_per_token"]),
+        )
+    console.print(table)
+    console.print(f"[dim]{data['flops_definition']}; non-embed excludes the input embedding and the LM head; "
+                  "V vocabulary, T sequence length.[/dim]")
+    schemes = Table(title="Normalization schemes (options go in scheme_options)", box=box.SIMPLE_HEAD, padding=(0, 1))
+    schemes.add_column("scheme")
+    schemes.add_column("wiring")
+    schemes.add_column("options (defaults)")
+    for scheme in data["schemes"]:
+        options = ", ".join(f"{k}={v}" for k, v in scheme["options"].items()) or "-"
+        schemes.add_row(scheme["name"], scheme["description"], options)
+    console.print(schemes)
+    return 0
