@@ -20,7 +20,7 @@ import numpy as np
 
 from sweeper.fits.collect import CDef, CellSensitivity, NDef, SizeResult, SweepResults, XAxis
 from sweeper.fits.estimate import Estimate
-from sweeper.fits.lrlaw import fit_lr_law
+from sweeper.fits.lrlaw import EXTRAPOLATION_WARN, fit_lr_law
 from sweeper.fits.powerlaw import DEFAULT_RESAMPLES, LossFit, Scheme, fit_loss_curve
 from sweeper.fits.sensitivity import common_lrs, lr_sensitivity
 from sweeper.fits.units import format_size
@@ -229,9 +229,16 @@ def loss_fit_section(
             pred, lo, hi = fit.predict(targets)
             section["targets"] = [
                 {"x": float(t), "loss": _num(pred[i]), "lo": None if lo is None else _num(lo[i]),
-                 "hi": None if hi is None else _num(hi[i])}
+                 "hi": None if hi is None else _num(hi[i]), "beyond_largest": float(t / fit.x.max())}
                 for i, t in enumerate(targets)
             ]
+            far = [t for t in targets if t > EXTRAPOLATION_WARN * fit.x.max()]
+            if far:
+                warnings.append(
+                    f"loss predicted at {', '.join(format_size(t) for t in far)}, more than {EXTRAPOLATION_WARN:g}× "
+                    f"beyond the largest size {format_size(float(fit.x.max()))}: the interval assumes the form "
+                    "still holds there"
+                )
     if holdout:
         section["holdout"], holdout_warnings = holdout_check(fit, opts)
         warnings.extend(holdout_warnings)
