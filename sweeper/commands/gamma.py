@@ -24,7 +24,8 @@ Measure how the per-layer norm gains γ of trained models change with depth.
 PATH: a Hugging Face model folder (config.json + model.safetensors, sharded safetensors with
 model.safetensors.index.json, or pytorch_model.bin[.index.json], loaded with weights_only);
 a single .safetensors/.bin/.pt file; a folder exported by this project's trials
-(config.json with "format": "layerrope-sweeper"), or a folder of such exports.
+(config.json with "format": "layerrope-sweeper"), or any folder holding such exports (an
+export_dir, a sweep's exports/, the sweep directory; --best keeps each cell's best member).
 
 Known per-layer norm names: LLaMA/Mistral/Mixtral/Qwen/DeepSeek/GPT-NeoX/BLOOM
 (input_layernorm, post_attention_layernorm), Gemma 2/3 (+ pre/post_feedforward_layernorm;
@@ -48,6 +49,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--site", choices=("mlp", "attn", "all"), default="mlp",
         help="which sites: the MLP block's norms (default), the attention block's, or all",
+    )
+    parser.add_argument(
+        "--best", action="store_true",
+        help="for folders of this project's exports (a sweep directory, its exports/, an export_dir): "
+        "keep per model configuration and seed only the member that finished ok with the lowest loss",
     )
     parser.add_argument("--out", metavar="DIR", help="write gamma.json and gamma.html (figures) here")
     parser.add_argument("--json", action="store_true", help="print the full results as JSON on stdout")
@@ -119,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     from sweeper.gamma.checkpoints import read_checkpoint
     from sweeper.gamma.report import analyze
 
-    models = [model for path in paths for model in read_checkpoint(path)]
+    models = [model for path in paths for model in read_checkpoint(path, best=args.best)]
     results = analyze(models, args.site)
     if not any(m["sites"] for m in results["models"]):
         raise UserError(f"--site {args.site}: none of the models has such a site (see `sweeper gamma --help`)")

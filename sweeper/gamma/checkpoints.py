@@ -12,7 +12,10 @@ Three kinds of PATH:
   and `model.safetensors`): the model is rebuilt with `models.build_model` and its effective gains
   come from `model.layer_gains()` — LayerRoPE's per-layer gains exist only as a function of its
   shared γ and four scalars, so they cannot be read off the tensors;
-- a folder of such exports (`export_dir/<i>/`): every member is read.
+- a folder holding such exports at any depth up to five (an `export_dir`, a sweep's `exports/`
+  or the sweep directory): every member is read, or with `best` the member of each model
+  configuration that finished ok with the lowest loss. A trial *checkpoint* folder (stacked
+  members and optimizer state, without the model config) is refused with a pointer to the exports.
 
 Bad input raises `sweeper.errors.UserError` (the CLI exits 2).
 """
@@ -311,7 +314,11 @@ def read_project_export(folder: Path) -> ModelGains:
             sites[site] = SiteGains(np.flatnonzero(present) + 1, gains[present])
     n_layers = max(g.shape[0] for g in per_site.values())
     lr = config.get("lr")
-    label = f"{scheme} L{depth}" + (f" lr={float(lr):.3g}" if isinstance(lr, (int, float)) else "")
+    point_id = config.get("point_id")
+    if isinstance(point_id, str) and "/" in point_id:
+        label = point_id  # a sweep's point id names method, size, seed and LR
+    else:
+        label = f"{scheme} L{depth}" + (f" lr={float(lr):.3g}" if isinstance(lr, (int, float)) else "")
     notes = ["effective gains from model.layer_gains()"]
     if scheme == "layerrope":
         notes.append("LayerRoPE: each layer's gain is the shared γ scaled by exp(a_mag + b_mag ln l) and rotated pairwise")
@@ -324,11 +331,47 @@ def read_project_export(folder: Path) -> ModelGains:
     )
 
 
-def _export_members(folder: Path) -> list[Path]:
-    return sorted(
-        (p for p in folder.iterdir() if p.is_dir() and is_project_export(p)),
-        key=lambda p: (0, int(p.name)) if p.name.isdigit() else (1, p.name),
-    )
+def _member_order(path: Path) -> tuple:
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in path.parts)
+
+
+def find_exports(folder: Path, max_depth: int = 5) -> list[Path]:
+    """This project's export folders under `folder` (an export_dir, a sweep's `exports/`, a sweep directory)."""
+    found: list[Path] = []
+    frontier = [folder]
+    for _ in range(max_depth):
+        next_frontier = []
+        for current in frontier:
+            for child in current.iterdir():
+                if not child.is_dir():
+                    continue
+                if is_project_export(child):
+                    found.append(child)
+                else:
+                    next_frontier.append(child)
+        frontier = next_frontier
+    return sorted(found, key=_member_order)
+
+
+def best_per_model(folders: list[Path]) -> list[Path]:
+    """Per model configuration and seed (a sweep cell), the member that finished ok with the lowest loss."""
+    best: dict[str, tuple[float, Path]] = {}
+    for folder in folders:
+        config = _read_json(folder / "config.json")
+        loss = config.get("loss")
+        if config.get("outcome", "ok") != "ok" or not isinstance(loss, (int, float)):
+            continue
+        key = json.dumps([config.get("model"), config.get("seed")], sort_keys=True)
+        if key not in best or loss < best[key][0]:
+            best[key] = (float(loss), folder)
+    return sorted((folder for _, folder in best.values()), key=_member_order)
+
+
+def _is_trial_checkpoint(folder: Path) -> bool:
+    if (folder / "state.json").is_file() and (folder / "optimizer.safetensors").is_file():
+        return True
+    return any(child.is_dir() and child.name.startswith("step-") and (child / "state.json").is_file()
+               for child in folder.iterdir())
 
 
 def check_path(path: Path) -> None:
@@ -339,14 +382,26 @@ def check_path(path: Path) -> None:
         raise UserError(f"{path}: not a weights file or model folder (expected a folder, {', '.join(WEIGHT_SUFFIXES)} or *.index.json)")
 
 
-def read_checkpoint(path: Path) -> list[ModelGains]:
-    """Every model found at PATH (see the module docstring for what PATH may be)."""
+def read_checkpoint(path: Path, *, best: bool = False) -> list[ModelGains]:
+    """Every model found at PATH (see the module docstring for what PATH may be).
+
+    `best`: of this project's exports, keep per model configuration and seed only the member that
+    finished ok with the lowest loss.
+    """
     check_path(path)
     if path.is_dir():
         if is_project_export(path):
             return [read_project_export(path)]
+        if _is_trial_checkpoint(path):
+            raise UserError(
+                f"{path}: a trial checkpoint (stacked members, optimizer state, no model config): point "
+                f"sweeper gamma at the trial's export folder instead (run_trial(export_dir=...), a sweep's exports/)"
+            )
         if not (path / "config.json").exists():
-            members = _export_members(path)
-            if members:
-                return [read_project_export(m) for m in members]
+            exports = find_exports(path)
+            if exports:
+                chosen = best_per_model(exports) if best else exports
+                if not chosen:
+                    raise UserError(f"{path}: --best: none of its {len(exports)} exported members finished ok with a loss")
+                return [read_project_export(folder) for folder in chosen]
     return read_hf(path)

@@ -30,7 +30,7 @@ def _config(scheme: str, **options) -> ModelConfig:
 def _export(folder: Path, cfg: ModelConfig, state: dict[str, torch.Tensor], lr: float = 1e-3) -> Path:
     folder.mkdir(parents=True)
     save_file({k: v.contiguous() for k, v in state.items()}, str(folder / "model.safetensors"))
-    meta = {"format": "layerrope-sweeper", "model": cfg.to_dict(), "lr": lr, "point_id": f"x/lr={lr:g}", "outcome": "ok"}
+    meta = {"format": "layerrope-sweeper", "model": cfg.to_dict(), "lr": lr, "point_id": f"lr={lr:g}", "outcome": "ok"}
     (folder / "config.json").write_text(json.dumps(meta))
     return folder
 
@@ -118,3 +118,35 @@ def test_layerrope_at_initialisation_has_its_init_schedule(tmp_path: Path) -> No
     assert site["schedule"]["b"] == pytest.approx(-0.5, abs=1e-6)
     assert site["magnitude"]["rms"][0] == pytest.approx(1.0, abs=1e-6)
     assert math.isclose(site["direction"]["cosine"][0][0], 1.0, abs_tol=1e-9)
+
+
+def test_sweep_exports_are_found_and_best_keeps_each_cells_best_member(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    for scheme in ("pre", "layerrope"):
+        cfg = _config(scheme)
+        state = build_model(cfg, stack=1, seed=0).member_state_dict(0)
+        for trial, members in (("t1", ((1e-3, 3.1, "ok"), (3e-3, 2.9, "ok"))), ("t2", ((1e-2, None, "diverged"),))):
+            for i, (lr, loss, outcome) in enumerate(members):
+                folder = _export(sweep / "exports" / f"{scheme}_L12_s0" / trial / str(i), cfg, state, lr=lr)
+                meta = json.loads((folder / "config.json").read_text())
+                meta.update(point_id=f"{scheme}/L12/s0/lr={lr:g}", loss=loss, outcome=outcome)
+                (folder / "config.json").write_text(json.dumps(meta))
+    (sweep / "manifest.json").write_text("{}")
+    every = read_checkpoint(sweep)
+    assert len(every) == 6
+    assert [m.name for m in every if m.name.startswith("pre")] == ["pre/L12/s0/lr=0.001", "pre/L12/s0/lr=0.003", "pre/L12/s0/lr=0.01"]
+    diverged = next(m for m in every if m.name == "pre/L12/s0/lr=0.01")
+    assert any("diverged" in n for n in diverged.notes)
+    best = read_checkpoint(sweep / "exports", best=True)
+    assert [m.name for m in best] == ["layerrope/L12/s0/lr=0.003", "pre/L12/s0/lr=0.003"]
+
+
+def test_trial_checkpoint_folder_points_to_the_exports(tmp_path: Path) -> None:
+    step = tmp_path / "ckpt" / "step-000000200"
+    step.mkdir(parents=True)
+    for name in ("model.safetensors", "optimizer.safetensors"):
+        save_file({"x": torch.ones(1)}, str(step / name))
+    (step / "state.json").write_text("{}")
+    for folder in (step, tmp_path / "ckpt"):
+        with pytest.raises(UserError, match="trial checkpoint"):
+            read_checkpoint(folder)
