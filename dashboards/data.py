@@ -1,0 +1,207 @@
+"""What the figures draw from: one sweep's stored frames and fits, plus the derived facts
+every figure agrees on (size order, method colours, the scaling axis, the objective's name).
+
+`SweepData` is a plain bundle of polars frames (the `sweeper.store` schemas) and the fits
+dict; `load_sweep` reads it from a sweep directory with the store's loaders, and
+`SweepData.filtered` narrows it to some methods, sizes and seeds while keeping the colours
+and size shades of the whole sweep (so a filter never recolours a line).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterable
+
+import polars as pl
+
+from dashboards import style
+from sweeper.store import (
+    CELLS_SCHEMA,
+    CURVES_SCHEMA,
+    POINTS_SCHEMA,
+    load_cells,
+    load_curves,
+    load_fits,
+    load_points,
+    read_manifest,
+)
+
+_DEPTH_LABEL = re.compile(r"^L\d+$")
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Which methods, sizes and seeds to show; None means all."""
+
+    methods: frozenset[str] | None = None
+    sizes: frozenset[str] | None = None
+    seeds: frozenset[int] | None = None
+
+    @property
+    def is_all(self) -> bool:
+        return self.methods is None and self.sizes is None and self.seeds is None
+
+    def key(self) -> str:
+        def part(values: frozenset[Any] | None) -> str:
+            return "*" if values is None else "\x1f".join(sorted(map(str, values)))
+
+        return "\x1e".join((part(self.methods), part(self.sizes), part(self.seeds)))
+
+    def mask(self, frame: pl.DataFrame) -> pl.DataFrame:
+        if self.methods is not None and "method" in frame.columns:
+            frame = frame.filter(pl.col("method").is_in(sorted(self.methods)))
+        if self.sizes is not None and "size" in frame.columns:
+            frame = frame.filter(pl.col("size").is_in(sorted(self.sizes)))
+        if self.seeds is not None and "seed" in frame.columns:
+            frame = frame.filter(pl.col("seed").is_in(sorted(self.seeds)))
+        return frame
+
+
+@dataclass(frozen=True)
+class SweepData:
+    """One sweep's results as the figures see them."""
+
+    name: str
+    points: pl.DataFrame  # POINTS_SCHEMA, the latest row per point
+    cells: pl.DataFrame  # CELLS_SCHEMA
+    curves: pl.DataFrame  # CURVES_SCHEMA (possibly only some columns, possibly downsampled)
+    fits: dict[str, Any] | None = None
+    # Facts of the whole sweep, kept when filtering so colours and shades never move:
+    methods: tuple[str, ...] = ()
+    sizes: tuple[str, ...] = ()  # ordered by depth, then parameters
+    seeds: tuple[int, ...] = ()
+    colours: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def build(
+        cls,
+        name: str,
+        points: pl.DataFrame,
+        cells: pl.DataFrame,
+        curves: pl.DataFrame,
+        fits: dict[str, Any] | None = None,
+    ) -> SweepData:
+        points = points.sort("point_id") if points.height else points
+        cells = cells.sort("cell_id") if cells.height else cells
+        methods = tuple(sorted(set(points["method"].drop_nulls()) | set(cells["method"].drop_nulls())))
+        return cls(
+            name=name,
+            points=points,
+            cells=cells,
+            curves=curves,
+            fits=fits if isinstance(fits, dict) else None,
+            methods=methods,
+            sizes=tuple(order_sizes(points, cells)),
+            seeds=tuple(sorted(set(points["seed"].drop_nulls()) | set(cells["seed"].drop_nulls()))),
+            colours=style.method_colours(methods),
+        )
+
+    def filtered(self, filters: Filters) -> SweepData:
+        if filters.is_all:
+            return self
+        fits = self.fits
+        if fits is not None and filters.methods is not None and isinstance(fits.get("methods"), dict):
+            fits = {**fits, "methods": {m: v for m, v in fits["methods"].items() if m in filters.methods}}
+        return replace(
+            self,
+            points=filters.mask(self.points),
+            cells=filters.mask(self.cells),
+            curves=filters.mask(self.curves),
+            fits=fits,
+        )
+
+    # Derived facts -------------------------------------------------------------------------
+
+    def size_rank(self, size: str) -> int:
+        try:
+            return self.sizes.index(size)
+        except ValueError:
+            return len(self.sizes)
+
+    def size_shade(self, method: str, size: str) -> str:
+        return style.shade(self.colours.get(method, style.MUTED), self.size_rank(size), len(self.sizes))
+
+    @property
+    def is_depth_sweep(self) -> bool:
+        return bool(self.sizes) and all(_DEPTH_LABEL.match(s) for s in self.sizes)
+
+    @property
+    def objective_label(self) -> str:
+        families = set(self.points["family"].drop_nulls()) | set(self.cells["family"].drop_nulls())
+        if families and families <= {"vit"}:
+            return "Top-1 error (final)"
+        return "Final eval loss (nats/token)"
+
+    def size_values(self) -> dict[str, dict[str, float]]:
+        """Per size label: its depth, parameters and training compute (FLOPs), where known."""
+        out: dict[str, dict[str, float]] = {}
+        if self.points.height:
+            agg = (
+                self.points.group_by("size")
+                .agg(
+                    pl.col("depth").drop_nulls().first(),
+                    pl.col("params").drop_nulls().first(),
+                    (pl.col("flops_per_token") * pl.col("tokens"))
+                    .filter(pl.col("state") == "ok")
+                    .median()
+                    .alias("compute"),
+                )
+                .sort("size")
+            )
+            for row in agg.iter_rows(named=True):
+                out[row["size"]] = {k: float(row[k]) for k in ("depth", "params", "compute") if row[k] is not None}
+        if self.cells.height:
+            for row in self.cells.select("size", "depth", "params").unique(subset="size").sort("size").iter_rows(named=True):
+                entry = out.setdefault(row["size"], {})
+                for key in ("depth", "params"):
+                    if key not in entry and row[key] is not None:
+                        entry[key] = float(row[key])
+        return out
+
+
+def order_sizes(points: pl.DataFrame, cells: pl.DataFrame) -> list[str]:
+    """Size labels from smallest to largest: by depth, then parameters, then label."""
+    keys: dict[str, tuple[float, float]] = {}
+    for frame in (cells, points):
+        if not frame.height:
+            continue
+        for row in frame.select("size", "depth", "params").unique(subset="size", keep="first").iter_rows(named=True):
+            if row["size"] is None:
+                continue
+            depth = float(row["depth"]) if row["depth"] is not None else math.inf
+            params = float(row["params"]) if row["params"] is not None else math.inf
+            old = keys.get(row["size"])
+            keys[row["size"]] = (depth, params) if old is None else min(old, (depth, params))
+    return sorted(keys, key=lambda s: (keys[s][0], keys[s][1], s))
+
+
+def sweep_name(sweep_dir: str | os.PathLike[str], manifest: dict[str, Any]) -> str:
+    for key in ("name", "sweep", "sweep_name"):
+        value = manifest.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return Path(sweep_dir).resolve().name
+
+
+def load_sweep(sweep_dir: str | os.PathLike[str]) -> SweepData:
+    """Everything the figures need from a sweep directory (raises UserError for a bad one)."""
+    manifest = read_manifest(sweep_dir)
+    return SweepData.build(
+        sweep_name(sweep_dir, manifest),
+        load_points(sweep_dir),
+        load_cells(sweep_dir),
+        load_curves(sweep_dir),
+        load_fits(sweep_dir),
+    )
+
+
+def empty_frames() -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    return pl.DataFrame(schema=POINTS_SCHEMA), pl.DataFrame(schema=CELLS_SCHEMA), pl.DataFrame(schema=CURVES_SCHEMA)
+
+
+def finite(values: Iterable[Any]) -> list[float]:
+    return [float(v) for v in values if v is not None and isinstance(v, (int, float)) and math.isfinite(v)]
