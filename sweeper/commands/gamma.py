@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeper.errors import UserError
+from sweeper.gamma.layouts import RULES
 
 DESCRIPTION = """\
 Measure how the per-layer norm gains γ of trained models change with depth.
@@ -27,14 +28,12 @@ a single .safetensors/.bin/.pt file; a folder exported by this project's trials
 (config.json with "format": "layerrope-sweeper"), or any folder holding such exports (an
 export_dir, a sweep's exports/, the sweep directory; --best keeps each cell's best member).
 
-Known per-layer norm names: LLaMA/Mistral/Mixtral/Qwen/DeepSeek/GPT-NeoX/BLOOM
-(input_layernorm, post_attention_layernorm), Gemma 2/3 (+ pre/post_feedforward_layernorm;
-Gemma gains are reported as 1 + w), OLMo-2 (post-norms), Phi/Falcon/Cohere parallel blocks,
-GPT-2/GPT-J (ln_1, ln_2), BERT/RoBERTa (attention.output.LayerNorm, output.LayerNorm),
-DistilBERT, OPT/BART, ViT/CLIP/SigLIP/timm, T5, Jamba, RecurrentGemma, Meta consolidated.
+Known per-layer norm namings (first match per layer stack):
+{rules}
 
 Sites: attn_in / mlp_in (the norm feeding attention / the MLP) and attn_out / mlp_out (a norm
-after the sublayer: Post-LN, or the output norms of Gemma 2/3 and OLMo-2).
+after the sublayer: Post-LN, or the output norms of Gemma 2/3 and OLMo-2). Gemma, RecurrentGemma
+and Qwen3-Next store RMSNorm gains as w and scale by (1 + w): their gains are reported as 1 + w.
 """
 
 
@@ -42,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "gamma",
         help="γ probe: depth trends of norm gains in checkpoints",
-        description=DESCRIPTION,
+        description=DESCRIPTION.format(rules="\n".join(f"  - {rule.name}" for rule in RULES)),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", help="checkpoint folder or weights file")

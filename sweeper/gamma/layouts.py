@@ -85,32 +85,32 @@ def _rule(name: str, sites: dict[str, str], *, excludes: Iterable[str] = (), **k
 # Most specific first: the first rule whose leaves a stack has wins.
 RULES: tuple[LayoutRule, ...] = (
     _rule(
-        "Gemma 2/3 sandwich (pre- and post-norms)",
+        "Gemma 2/3 sandwich (input_layernorm, post_attention_layernorm, pre_/post_feedforward_layernorm)",
         {"attn_in": "input_layernorm", "attn_out": "post_attention_layernorm",
          "mlp_in": "pre_feedforward_layernorm", "mlp_out": "post_feedforward_layernorm"},
         rmsnorm_names=True,
         note="post_attention_layernorm normalises the attention output here (not the MLP input)",
     ),
     _rule(
-        "OLMo-2 post-norms",
+        "OLMo-2 post-norms (post_attention_layernorm, post_feedforward_layernorm)",
         {"attn_out": "post_attention_layernorm", "mlp_out": "post_feedforward_layernorm"},
         excludes=("input_layernorm",),
         rmsnorm_names=True,
         note="OLMo-2 normalises each sublayer's output before the residual add; no input norms",
     ),
     _rule(
-        "Jamba (mixer and MoE/MLP input norms)",
+        "Jamba (input_layernorm, pre_ff_layernorm)",
         {"attn_in": "input_layernorm", "mlp_in": "pre_ff_layernorm"},
         rmsnorm_names=True,
         note="attn_in is the token mixer's input norm (attention or Mamba layer)",
     ),
     _rule(
-        "LLaMA-style pre-norm (input_layernorm, post_attention_layernorm)",
+        "LLaMA-style pre-norm (input_layernorm, post_attention_layernorm): LLaMA, Mistral, Mixtral, Qwen, DeepSeek, GPT-NeoX, BLOOM, Gemma 1",
         {"attn_in": "input_layernorm", "mlp_in": "post_attention_layernorm"},
         rmsnorm_names=True,
     ),
     _rule(
-        "parallel block (one input_layernorm feeds attention and MLP)",
+        "parallel block, one input_layernorm: Phi-1/2, Falcon-7B, Cohere",
         {"attn_in": "input_layernorm", "mlp_in": "input_layernorm"},
         excludes=("post_attention_layernorm",),
         rmsnorm_names=True,
@@ -118,7 +118,7 @@ RULES: tuple[LayoutRule, ...] = (
     ),
     _rule("GPT-2 pre-LN (ln_1, ln_2)", {"attn_in": "ln_1", "mlp_in": "ln_2"}),
     _rule(
-        "parallel block (GPT-J: one ln_1)",
+        "parallel block, one ln_1: GPT-J, CodeGen",
         {"attn_in": "ln_1", "mlp_in": "ln_1"},
         excludes=("ln_2",),
         note="parallel block: the single ln_1 is reported as both attn_in and mlp_in",
