@@ -120,7 +120,8 @@ class Ledger:
         """Record a finished point: ok → COMPLETE(objective), diverged → PRUNED, failed → FAIL."""
         from optuna.trial import TrialState
 
-        self.update(trial_id, state=state, metrics=metrics)
+        extra = {"reason": metrics["reason"]} if metrics.get("reason") else {}
+        self.update(trial_id, state=state, metrics=metrics, **extra)
         if state == "ok" and objective is not None and math.isfinite(objective):
             self.storage.set_trial_state_values(trial_id, TrialState.COMPLETE, [float(objective)])
         elif state == "diverged":

@@ -83,6 +83,24 @@ def test_tiny_sweep_brackets_every_cell(ray_session, tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out)
     assert summary["trials"] == 0 and summary["points_finished"] == 0
     assert summary["resumed"]["finished"] == points.height
+    # A relaunch that would mix incomparable results is refused and changes nothing.
+    manifest = (sweep / "manifest.json").read_text()
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(path.read_text().replace("steps: 40", "steps: 50"))
+    assert main(["launch", str(changed)]) == 2
+    assert "train.steps: 40 → 50" in capsys.readouterr().err
+    assert (sweep / "manifest.json").read_text() == manifest
+    # Adding a method extends the sweep: only the new cells train.
+    extended = tmp_path / "extended.yaml"
+    extended.write_text(path.read_text().replace("[pre, layerrope]", "[pre, layerrope, post]"))
+    assert main(["launch", str(extended), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["counts"] == {"bracketed": 6}
+    after = load_points(sweep)
+    new = after.join(points, on="point_id", how="anti")
+    assert set(new["method"]) == {"post"} and new.height >= 6
+    unchanged = points.join(after, on="point_id", suffix="_after")
+    assert (unchanged["seq"] == unchanged["seq_after"]).all()
 
 
 def test_absurd_learning_rates_end_diverged_not_failed(ray_session, tmp_path, capsys):
@@ -118,6 +136,22 @@ def test_sigkill_of_the_driver_and_relaunch_retrains_no_finished_point(ray_sessi
     path = tiny_yaml(tmp_path, "killed", depths="[1, 2]", steps=60, stack=2)
     sweep = tmp_path / "killed"
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    # Ctrl-C (SIGINT to the foreground process group) stops cleanly, without a traceback.
+    proc = subprocess.Popen(_launch_cmd(path, ray_session), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True, env=env, text=True)
+    try:
+        _wait_for(lambda: (load_points(sweep)["state"] == "running").sum() >= 1, 240, "a running point")
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err
+    stopped = json.loads(out)
+    assert stopped["interrupted"] is True
+
+    # Relaunch, then SIGKILL the driver's whole process group mid-sweep.
     proc = subprocess.Popen(_launch_cmd(path, ray_session), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True, env=env)
     try:
