@@ -170,16 +170,18 @@ def render(doc: dict[str, Any], written: Path | None) -> None:
 
     if doc["targets"]:
         pred = Table(title="Predictions at the --to targets", title_justify="left", header_style="bold")
-        for col in ("method", x_name, "loss", "optimal LR"):
+        for col in ("method", x_name, "loss, E + A·x^(-α)", "loss, pure power law", "optimal LR"):
             pred.add_column(col, justify="left" if col == "method" else "right")
         for method, m in doc["methods"].items():
             losses = {t["x"]: t for t in m["loss_fit"].get("targets", [])}
+            plain = {t["x"]: t for t in (m["loss_fit"].get("loglog") or {}).get("targets", [])}
             lrs = {t["x"]: t for t in m["lr_fit"].get("targets", [])}
             for target in doc["targets"]:
-                lt, rt = losses.get(target), lrs.get(target)
+                lt, pt, rt = losses.get(target), plain.get(target), lrs.get(target)
                 pred.add_row(
                     method, format_size(target),
-                    _iv({"value": lt["loss"], "lo": lt["lo"], "hi": lt["hi"]}) if lt else "— (no loss fit)",
+                    _iv({"value": lt["loss"], "lo": lt["lo"], "hi": lt["hi"]}) if lt else "— (no fit)",
+                    _iv({"value": pt["loss"], "lo": pt["lo"], "hi": pt["hi"]}) if pt else "— (no fit)",
                     _iv({"value": rt["lr"], "lo": rt["lo"], "hi": rt["hi"]}, ".3g") if rt else "— (no LR law)",
                 )
         console.print(pred)

@@ -30,7 +30,18 @@ _EXPORTS = {
     "parse_size": "sweeper.fits.units",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "Estimate",
+    "LRLawFit",
+    "LRPrediction",
+    "LossFit",
+    "Sensitivity",
+    "fit_loss_curve",
+    "fit_lr_law",
+    "lr_sensitivity",
+    "parse_size",
+    "predict_optimal_lr",
+]
 
 
 def __getattr__(name: str) -> Any:

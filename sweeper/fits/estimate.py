@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import ndtri, stdtrit
 
 LEVEL = 0.95  # two-sided coverage of every interval the fits report
 
@@ -59,6 +60,22 @@ def estimate(value: float, replicates: np.ndarray | None) -> Estimate:
         return Estimate(float(value))
     lo, hi = percentile_interval(np.asarray(replicates, dtype=float))
     return Estimate(float(value), float(lo), float(hi))
+
+
+def small_sample_factor(dof: int, level: float = 0.95) -> float:
+    """t(dof) over normal quantile: widens resampled residuals for the uncertainty of the noise scale itself.
+
+    A residual bootstrap treats the residual scale as known; with only a few residual degrees
+    of freedom that scale is itself uncertain, and the plain bootstrap undercovers (61–69% at
+    4 points, 91–93% at 8 for the 3-parameter loss form). Scaling the leverage-corrected
+    residuals by t_{dof}/z reproduces the exact t interval for a linear model with Gaussian
+    noise, and measured 93–97% coverage for 4–8 points with the loss form
+    (`python -m sweeper.fits.coverage`).
+    """
+    if dof <= 0:
+        return math.nan
+    tail = 0.5 + level / 2
+    return float(stdtrit(dof, tail) / ndtri(tail))
 
 
 def width_warnings(named: dict[str, Estimate]) -> list[str]:

@@ -1,10 +1,8 @@
 """Optimal learning rate against size: a pure power law `LR*(x) = c·x^b`, fitted in log space.
 
 Least squares of log LR* on log x (no irreducible term: the optimum LR keeps falling with
-size). Intervals come from the same small-sample-calibrated residual bootstrap as the loss
-fits (`sweeper.fits.powerlaw.small_sample_factor`), which for this linear model reproduces
-the exact t interval under Gaussian scatter. With two sizes the line passes through both
-points and there is no scatter to estimate, so there is no interval.
+size), with the calibrated residual bootstrap of `sweeper.fits.loglog`. With two sizes the
+line passes through both points and there is no interval.
 
 `predict_optimal_lr` is the planner's entry point for `prior: extrapolate`: it returns None
 with fewer than two distinct sizes (the caller keeps the YAML's grid centre), and a
@@ -15,15 +13,19 @@ narrow it: nothing bounds the error).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass
 
 import numpy as np
 
-from sweeper.fits.estimate import MISSING, Estimate, estimate, percentile_interval, width_warnings
-from sweeper.fits.powerlaw import DEFAULT_RESAMPLES, small_sample_factor
+from sweeper.fits.estimate import width_warnings
+from sweeper.fits.loglog import EXTRAPOLATION_WARN, PowerLawFit, fit_power_law
 
-EXTRAPOLATION_WARN = 4.0  # warn when a target lies more than this factor beyond the fitted sizes
+__all__ = ["EXTRAPOLATION_WARN", "LRLawFit", "LRPrediction", "fit_lr_law", "predict_optimal_lr"]
+
+LRLawFit = PowerLawFit  # the LR law is a pure power law; the name says what it holds
+DEFAULT_RESAMPLES = 2000
+EXTRAPOLATION_NOTE = (": straight-line LR laws have under-predicted by more than 4× at scale; verify with a small "
+                      "bracket")
 
 
 @dataclass(frozen=True)
@@ -44,64 +46,6 @@ class LRPrediction:
         return self.hi / self.lo
 
 
-@dataclass
-class LRLawFit:
-    x: np.ndarray
-    lr: np.ndarray
-    x_ref: float
-    coef: Estimate = MISSING  # c in LR* = c·x^b (the LR at x = 1)
-    exponent: Estimate = MISSING  # b
-    dof: int = 0
-    warnings: list[str] = field(default_factory=list)
-    status: Literal["ok", "insufficient"] = "ok"
-    _intercept: float = math.nan  # in log(x / x_ref)
-    _slope: float = math.nan
-    _draws: tuple[np.ndarray, np.ndarray] | None = None
-
-    @property
-    def n_points(self) -> int:
-        return int(self.x.size)
-
-    @property
-    def trustworthy(self) -> bool:
-        return self.status == "ok" and not self.warnings
-
-    def predict(self, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-        """Predicted LR* at xs with its 95% band (None without an interval)."""
-        xs = np.asarray(xs, dtype=float)
-        if self.status == "insufficient":
-            return np.full(xs.shape, np.nan), None, None
-        u = np.log(xs / self.x_ref)
-        pred = np.exp(self._intercept + self._slope * u)
-        if self._draws is None:
-            return pred, None, None
-        b0, b1 = self._draws
-        lo, hi = percentile_interval(b0[:, None] + b1[:, None] * u[None, :], axis=0)
-        return pred, np.exp(lo), np.exp(hi)
-
-    def extrapolation_warnings(self, targets: np.ndarray) -> list[str]:
-        out = []
-        if self.status == "insufficient" or not self.x.size:
-            return out
-        lo, hi = float(self.x.min()), float(self.x.max())
-        for t in np.asarray(targets, dtype=float):
-            factor = max(t / hi, lo / t)
-            if factor > EXTRAPOLATION_WARN:
-                out.append(
-                    f"target {t:.4g} lies {factor:.1f}× outside the fitted sizes [{lo:.4g}, {hi:.4g}]: straight-line "
-                    "LR laws have under-predicted by more than 4× at scale; verify with a small bracket"
-                )
-        return out
-
-
-def _line(u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Least-squares intercept and slope of v on u, along the last axis."""
-    mu, mv = u.mean(axis=-1, keepdims=True), v.mean(axis=-1, keepdims=True)
-    du = u - mu
-    slope = (du * (v - mv)).sum(axis=-1) / (du * du).sum(axis=-1)
-    return mv[..., 0] - slope * mu[..., 0], slope
-
-
 def fit_lr_law(
     sizes: np.ndarray | list[float],
     lrs: np.ndarray | list[float],
@@ -118,43 +62,9 @@ def fit_lr_law(
         raise ValueError("sizes must be finite and positive")
     if not (np.all(np.isfinite(lr)) and np.all(lr > 0)):
         raise ValueError("learning rates must be finite and positive")
-    order = np.argsort(x, kind="stable")
-    x, lr = x[order], lr[order]
-    x_ref = float(np.exp(np.mean(np.log(x)))) if x.size else 1.0
-    fit = LRLawFit(x=x, lr=lr, x_ref=x_ref)
-    n_distinct = np.unique(x).size
-    if n_distinct < 2:
-        fit.status = "insufficient"
-        fit.warnings.append(
-            ("no sizes" if n_distinct == 0 else "a single size")
-            + ": an LR law needs optima at two or more sizes; not fitted"
-        )
-        return fit
-
-    u, v = np.log(x / x_ref), np.log(lr)
-    b0, b1 = (float(t) for t in _line(u, v))
-    fit._intercept, fit._slope = b0, b1
-    fit.dof = x.size - 2
-    coef = math.exp(b0 - b1 * math.log(x_ref))
-    if fit.dof <= 0:
-        fit.coef, fit.exponent = Estimate(coef), Estimate(b1)
-        fit.warnings.append("two sizes: the line passes through both optima; no scatter to estimate, so no interval")
-        return fit
-
-    resid = v - (b0 + b1 * u)
-    lev = 1.0 / u.size + (u - u.mean()) ** 2 / np.sum((u - u.mean()) ** 2)
-    adjusted = resid / np.sqrt(np.clip(1.0 - lev, 1e-12, None))
-    adjusted = (adjusted - adjusted.mean()) * small_sample_factor(fit.dof)
-    if resamples > 0:
-        rng = np.random.default_rng(seed)
-        v_star = (b0 + b1 * u)[None, :] + adjusted[rng.integers(0, u.size, size=(resamples, u.size))]
-        d0, d1 = _line(np.broadcast_to(u, v_star.shape), v_star)
-        fit._draws = (d0, d1)
-        fit.coef = estimate(coef, np.exp(d0 - d1 * math.log(x_ref)))
-        fit.exponent = estimate(b1, d1)
-    else:
-        fit.coef, fit.exponent = Estimate(coef), Estimate(b1)
-    fit.warnings.extend(width_warnings({"LR exponent": fit.exponent}))
+    fit = fit_power_law(x, lr, resamples=resamples, seed=seed, what="an LR law")
+    if fit.status == "ok" and fit.dof > 0:
+        fit.warnings.extend(width_warnings({"LR exponent": fit.exponent}))
     return fit
 
 
@@ -178,7 +88,7 @@ def predict_optimal_lr(
     if fit.status == "insufficient":
         return None
     pred, lo, hi = fit.predict(np.array([float(target)]))
-    warnings = [*fit.warnings, *fit.extrapolation_warnings(np.array([float(target)]))]
+    warnings = [*fit.warnings, *fit.extrapolation_warnings(np.array([float(target)]), EXTRAPOLATION_NOTE)]
     return LRPrediction(
         lr=float(pred[0]),
         lo=None if lo is None else float(lo[0]),

@@ -20,7 +20,8 @@ import numpy as np
 
 from sweeper.fits.collect import CDef, CellSensitivity, NDef, SizeResult, SweepResults, XAxis
 from sweeper.fits.estimate import Estimate
-from sweeper.fits.lrlaw import EXTRAPOLATION_WARN, fit_lr_law
+from sweeper.fits.loglog import PowerLawFit
+from sweeper.fits.lrlaw import EXTRAPOLATION_NOTE, EXTRAPOLATION_WARN, fit_lr_law
 from sweeper.fits.powerlaw import DEFAULT_RESAMPLES, LossFit, Scheme, fit_loss_curve
 from sweeper.fits.sensitivity import common_lrs, lr_sensitivity
 from sweeper.fits.units import format_size
@@ -221,6 +222,7 @@ def loss_fit_section(
         "rss": fit.rss,
         "x_ref": fit.x_ref,
         "optimizer": fit.optimizer,
+        "loglog": None if fit.loglog is None else power_law_section(fit.loglog, targets, "loss"),
     }
     if fit.status != "insufficient":
         grid = dense_grid(fit.x, tuple(targets.tolist()))
@@ -244,6 +246,30 @@ def loss_fit_section(
         warnings.extend(holdout_warnings)
     section["warnings"] = warnings
     section["trustworthy"] = fit.status == "ok" and not warnings
+    return section
+
+
+def power_law_section(fit: PowerLawFit, targets: np.ndarray, key: str) -> dict[str, Any]:
+    """A pure power law `y = coef·x^exponent` with its curve and target predictions (bands where possible)."""
+    section: dict[str, Any] = {
+        "coef": _est(fit.coef),
+        "exponent": _est(fit.exponent),
+        "curve": [],
+        "targets": [],
+        "dof": fit.dof,
+        "status": fit.status,
+        "warnings": list(fit.warnings),
+    }
+    if fit.status != "insufficient":
+        grid = dense_grid(fit.x, tuple(targets.tolist()))
+        section["curve"] = _curve_rows(grid, *fit.predict(grid))
+        if targets.size:
+            pred, lo, hi = fit.predict(targets)
+            section["targets"] = [
+                {"x": float(t), key: _num(pred[i]), "lo": None if lo is None else _num(lo[i]),
+                 "hi": None if hi is None else _num(hi[i])}
+                for i, t in enumerate(targets)
+            ]
     return section
 
 
@@ -293,31 +319,13 @@ def holdout_record(sub: LossFit, x_out: float, actual: float, opts: FitOptions) 
 
 def _lr_section(x: np.ndarray, lr: np.ndarray, targets: np.ndarray, opts: FitOptions) -> dict[str, Any]:
     fit = fit_lr_law(x, lr, resamples=opts.resamples, seed=opts.seed + 3)
-    warnings = list(fit.warnings)
-    section: dict[str, Any] = {
-        "coef": _est(fit.coef),
-        "exponent": _est(fit.exponent),
-        "points": [[float(a), float(b)] for a, b in zip(fit.x, fit.lr)],
-        "curve": [],
-        "targets": [],
-        "form": "LR* = coef · x^exponent (least squares of log LR* on log x)",
-        "n_points": fit.n_points,
-        "dof": fit.dof,
-        "status": fit.status,
-    }
-    if fit.status != "insufficient":
-        grid = dense_grid(fit.x, tuple(targets.tolist()))
-        section["curve"] = _curve_rows(grid, *fit.predict(grid))
-        if targets.size:
-            pred, lo, hi = fit.predict(targets)
-            section["targets"] = [
-                {"x": float(t), "lr": _num(pred[i]), "lo": None if lo is None else _num(lo[i]),
-                 "hi": None if hi is None else _num(hi[i])}
-                for i, t in enumerate(targets)
-            ]
-            warnings.extend(fit.extrapolation_warnings(targets))
-    section["warnings"] = warnings
-    section["trustworthy"] = fit.status == "ok" and not warnings
+    section = power_law_section(fit, targets, "lr")
+    section["points"] = [[float(a), float(b)] for a, b in zip(fit.x, fit.y)]
+    section["form"] = "LR* = coef · x^exponent (least squares of log LR* on log x)"
+    section["n_points"] = fit.n_points
+    if targets.size:
+        section["warnings"].extend(fit.extrapolation_warnings(targets, EXTRAPOLATION_NOTE))
+    section["trustworthy"] = fit.status == "ok" and not section["warnings"]
     return section
 
 

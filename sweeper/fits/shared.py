@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import least_squares, minimize_scalar
 
-from sweeper.fits.estimate import Estimate, estimate, width_warnings
+from sweeper.fits.estimate import Estimate, estimate, small_sample_factor, width_warnings
+from sweeper.fits.loglog import fit_power_law
 from sweeper.fits.powerlaw import (
     ALPHA_BOUNDS,
     ALPHA_GRID_SIZE,
@@ -30,9 +31,7 @@ from sweeper.fits.powerlaw import (
     BootstrapDraws,
     LossFit,
     _leverage,
-    _loglog,
     alpha_grid,
-    small_sample_factor,
 )
 
 E_GRID = 200
@@ -158,26 +157,23 @@ def fit_shared_e(
         fit.dof = result.dof
         fit.converged = converged
         fit.optimizer = {"method": "shared-E profile + joint least squares", "converged": converged}
-        _, slope = _loglog(np.log(s.xt), np.log(s.y))
-        fit._loglog = (math.nan, float(slope))
+        if np.all(s.y > 0):
+            fit.loglog = fit_power_law(s.x, s.y, resamples=resamples, seed=seed + 7919, what="the log-log line")
+            fit.loglog_slope = fit.loglog.exponent
         n = s.y.size
         if draws is not None:
-            e_d, a_d, al_d, y_d = draws[0], draws[1][:, i], draws[2][:, i], draws[3][:, offset : offset + n]
-            with np.errstate(invalid="ignore", divide="ignore"):
-                _, slopes = _loglog(np.broadcast_to(np.log(s.xt), y_d.shape), np.log(np.where(y_d > 0, y_d, np.nan)))
+            e_d, a_d, al_d = draws[0], draws[1][:, i], draws[2][:, i]
             pool = (resid[i] / np.sqrt(np.clip(1 - lev[offset : offset + n], 1e-12, None)))
             pool = (pool - pool.mean()) * small_sample_factor(result.dof)
-            fit.draws = BootstrapDraws(e=e_d, a=a_d, alpha=al_d, slope=slopes, noise=pool)
+            fit.draws = BootstrapDraws(e=e_d, a=a_d, alpha=al_d, noise=pool)
             a_orig_d = a_d * np.power(s.x_ref, np.where(np.isfinite(al_d), al_d, 0.0))
             fit.E = result.E
             fit.A = estimate(a * s.x_ref**alpha, a_orig_d)
             fit.A_ref = estimate(a, a_d)
             fit.alpha = estimate(alpha, al_d) if a > 0 else Estimate(None)
-            fit.loglog_slope = estimate(float(slope), slopes)
         else:
             fit.E, fit.A, fit.A_ref = result.E, Estimate(a * s.x_ref**alpha), Estimate(a)
             fit.alpha = Estimate(alpha) if a > 0 else Estimate(None)
-            fit.loglog_slope = Estimate(float(slope))
         offset += n
         if a <= 0:
             fit.status = "flat"

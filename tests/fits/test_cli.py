@@ -15,7 +15,7 @@ DEPTHS = [48, 64, 96, 128, 192, 256]
 
 
 def sweeper(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sweeper.cli", "fit", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "sweeper.cli", "fit", *args], capture_output=True, text=True, check=False,
                           timeout=120)
 
 

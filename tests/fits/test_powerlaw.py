@@ -23,7 +23,7 @@ def test_exact_data_are_recovered_exactly_with_collapsed_intervals() -> None:
     assert fit.alpha.value == pytest.approx(0.9, rel=1e-10)
     for est in (fit.E, fit.A, fit.alpha):
         assert est.hi - est.lo <= 1e-8 * abs(est.value)
-    pred, lo, hi = fit.predict(np.array([1024.0, 4096.0]))
+    pred, _, _ = fit.predict(np.array([1024.0, 4096.0]))
     np.testing.assert_allclose(pred, curve(np.array([1024.0, 4096.0])), rtol=1e-10)
     assert fit.trustworthy and fit.warnings == []
 
@@ -81,7 +81,7 @@ def test_two_points_say_so_and_fit_nothing() -> None:
     assert fit.loglog_slope.value == pytest.approx(np.log(3.4 / 3.5) / np.log(2))
     assert not fit.trustworthy
     pred, lo, hi = fit.predict(np.array([128.0]))
-    assert np.isnan(pred).all() and lo is None
+    assert np.isnan(pred).all() and lo is None and hi is None
 
 
 def test_a_single_size_and_no_points() -> None:
@@ -96,6 +96,9 @@ def test_three_points_fit_through_every_point_without_intervals() -> None:
     assert fit.status == "ok" and fit.dof == 0
     assert fit.alpha.lo is None
     assert any("no residual scatter" in w for w in fit.warnings)
+    # the pure power law has two parameters: one degree of freedom left, so it has an interval
+    assert fit.loglog is not None and fit.loglog.dof == 1
+    assert fit.loglog_slope.lo < fit.loglog_slope.value < fit.loglog_slope.hi
     assert not fit.trustworthy
 
 

@@ -12,12 +12,12 @@ from sweeper.errors import UserError
 from sweeper.fits.collect import collect
 from sweeper.fits.report import FitOptions, build_report, to_jsonable
 
-from .conftest import Truth, params_of  # noqa: F401  (fixture module)
+from .conftest import Truth, params_of
 
 DEPTHS = [48, 64, 96, 128, 192, 256]
 TRUTHS = {"pre": Truth(E=3.0, A=6.0, alpha=0.5, c=0.04, b=-0.5),
           "layerrope": Truth(E=3.0, A=9.0, alpha=0.7, c=0.06, b=-0.4)}
-FAST = dict(resamples=300)
+FAST = {"resamples": 300}
 
 CONTRACT = {
     "top": {"version", "created", "x", "x_label", "n_definition", "c_definition", "methods", "ranking"},
