@@ -23,8 +23,9 @@ an LR twice" is an exact comparison.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Literal
 
 PointState = Literal["queued", "running", "ok", "diverged", "failed"]
 CellStatus = Literal["pending", "running", "bracketed", "edge", "diverged", "failed"]

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from sweeper.bracketing import ACTIVE_STATES, CellDecision, GridPoint, decide, initial_grid, prior_grid
 from sweeper.ledger import Ledger, LedgerPoint

@@ -1,18 +1,29 @@
-"""The sweep state machine, driven directly (no Ray) with a real SQLite ledger and a real store."""
+"""The sweep state machine, driven directly (no Ray) with a real SQLite ledger and a real store;
+and the store's repair from the ledger."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 import optuna
 import pytest
 
+from sweeper.cli import main
+from sweeper.driver import manifest_for
 from sweeper.ledger import Ledger, storage_url
 from sweeper.planner import build_plan
 from sweeper.schema import validate_data
 from sweeper.state import FINISHED, SweepState
-from sweeper.store import StoreWriter, load_cells, load_curves, load_points
+from sweeper.store import (
+    MANIFEST,
+    StoreWriter,
+    load_cells,
+    load_curves,
+    load_points,
+    write_json_atomic,
+)
 
 OPT = 0.01  # true optimum of the synthetic loss
 
@@ -221,3 +232,62 @@ def test_stack_size_and_training_time_accounting(tmp_path):
     state._count_training("old", 100.0)
     state._count_training("old", 104.0)
     assert state.stats.train_seconds == pytest.approx(7.0)
+
+
+# -- a damaged store is reported, never read short, and rebuilt from the ledger --------------------------
+
+
+def finished_sweep(tmp_path):
+    state = make_state(tmp_path)
+    state.load({})
+    drive(state)
+    state.flush(force=True)
+    sweep = state.plan.sweep_dir
+    (sweep / "sweep.yaml").write_text(json.dumps({
+        "name": "unit", "methods": ["pre", "post"], "model": {"width": 32, "heads": 2, "depths": [2], "seq_len": 32},
+        "train": {"steps": 30, "batch_size": 4}, "lr": {"center": 3e-3, "points": 3, "refine": False}}))
+    write_json_atomic(sweep / MANIFEST, manifest_for(state.plan, None, state.ledger.url))
+    return sweep
+
+
+def test_status_repair_rebuilds_the_store_from_the_ledger(tmp_path, capsys):
+    sweep = finished_sweep(tmp_path)
+    assert main(["optima", str(sweep), "--format", "json"]) == 0
+    before = json.loads(capsys.readouterr().out)
+    chunk = sorted((sweep / "store" / "points").glob("*.parquet"))[0]
+    chunk.write_bytes(b"PAR1 this is not parquet")
+    for command in (["status", str(sweep)], ["optima", str(sweep)]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert "damaged store chunk" in err and "--repair" in err and "Traceback" not in err
+    assert main(["status", str(sweep), "--repair"]) == 0
+    assert "rebuilt" in capsys.readouterr().out
+    assert main(["optima", str(sweep), "--format", "json"]) == 0
+    after = json.loads(capsys.readouterr().out)
+    keys = ("cell_id", "status", "best_lr", "best_objective", "interp_lr", "n_points", "n_diverged")
+    assert [{k: r[k] for k in keys} for r in after["cells"]] == [{k: r[k] for k in keys} for r in before["cells"]]
+    assert list(sweep.glob("store.damaged-*")), "the damaged store is kept aside, not deleted"
+    # Every ledger point has exactly one row in the rebuilt store.
+    ledger_points = sum(len(v) for v in Ledger(f"sqlite:///{sweep / 'ledger.db'}").load().values())
+    assert load_points(sweep).height == ledger_points
+
+
+def test_failed_points_are_retried_only_when_asked(tmp_path):
+    state = make_state(tmp_path, methods=["pre"])
+    state.load({})
+    config = state.next_stack("t1")
+    pids = config["spec"]["point_ids"]
+    state.on_trial_start("t1", pids)
+    state.on_trial_end("t1", pids, None, "OSError: disk full")
+    state.flush(force=True)
+
+    kept = make_state(tmp_path, methods=["pre"])
+    assert kept.load(kept.ledger.load())["finished"] == 3
+    assert kept.next_stack("t2") == "FINISHED"
+
+    retried = make_state(tmp_path, methods=["pre"])
+    counts = retried.load(retried.ledger.load(), retry_failed=True)
+    assert counts["retried"] == 3
+    config = retried.next_stack("t3")
+    assert sorted(config["spec"]["point_ids"]) == sorted(pids)
+    assert {retried.points["pre/L2/s0"][p].attempt for p in pids} == {2}
