@@ -108,7 +108,11 @@ class LRSection(Strict):
     extend_by: Annotated[int, Field(ge=1, le=8)] = Field(1, description="points added per extension step")
     max_points: Annotated[int, Field(ge=1, le=1000)] = Field(12, description="trial cap per cell")
     prior: Literal["fixed", "extrapolate"] = Field(
-        "fixed", description="extrapolate: centre a new size's grid on the LR law of the finished smaller sizes"
+        "fixed",
+        description=(
+            "extrapolate: a size with at least two smaller sizes waits for them (or for three of them), then "
+            "starts on a grid centred on their LR power law, narrowed to its 95% interval"
+        ),
     )
 
     def to_policy(self) -> "LRPolicy":

@@ -207,9 +207,13 @@ class SweepState:
             self.queue[cid].extend(d.next_lrs)
             d = decide(self.grid_points(cid), cell.policy)
         self.waiting.pop(cid, None)
-        if self.decisions.get(cid) != d:
+        previous = self.decisions.get(cid)
+        if previous != d:
             self._cells_dirty = True
         self.decisions[cid] = d
+        if d.done and not (previous and previous.done):
+            for other in [c for c in self.waiting if self.cells[c].method == cell.method]:
+                self.refresh(other)  # a finished size may be what a prior was waiting for
         return d
 
     def _initial_grid(self, cell: Cell) -> list[float] | None:
@@ -217,13 +221,16 @@ class SweepState:
         if cell.prior != "extrapolate":
             return initial_grid(cell.policy)
         smaller = [c for c in self.cells.values() if c.method == cell.method and c.x < cell.x]
+        if len({c.x for c in smaller}) < 2:
+            return initial_grid(cell.policy)  # no law can come from fewer than two smaller sizes
         done = [c for c in smaller if self.decisions.get(c.cell_id) and self.decisions[c.cell_id].done]
         known = [(c.x, self._optimum(c.cell_id)) for c in done]
         known = [(x, lr) for x, lr in known if lr is not None]
-        if len(known) < 2:
-            if len(done) < len(smaller):
-                self.waiting[cell.cell_id] = "waiting for smaller sizes (prior: extrapolate)"
-                return None
+        # Wait for every smaller size, or for three (enough for an interval that can narrow the grid).
+        if len(done) < len(smaller) and len({x for x, _ in known}) < 3:
+            self.waiting[cell.cell_id] = "waiting for smaller sizes (prior: extrapolate)"
+            return None
+        if len({x for x, _ in known}) < 2:
             return initial_grid(cell.policy)
         try:
             from sweeper.fits import predict_optimal_lr
@@ -232,13 +239,17 @@ class SweepState:
         except Exception as exc:  # a failed fit falls back to the YAML's grid, visibly
             self.messages.append(f"{cell.cell_id}: LR prior unavailable ({exc}); using the YAML's grid")
             return initial_grid(cell.policy)
-        lo = pred.lo if pred.lo is not None and math.isfinite(pred.lo) else pred.lr / cell.policy.factor**2
-        hi = pred.hi if pred.hi is not None and math.isfinite(pred.hi) else pred.lr * cell.policy.factor**2
-        if not (math.isfinite(pred.lr) and pred.lr > 0):
+        if pred is None or not (math.isfinite(pred.lr) and pred.lr > 0):
             return initial_grid(cell.policy)
-        grid = prior_grid(cell.policy, min(max(pred.lr, cell.policy.lo), cell.policy.hi), lo, hi)
+        centre = min(max(pred.lr, cell.policy.lo), cell.policy.hi)
+        if pred.lo is None or pred.hi is None:  # no interval (two sizes): the YAML's grid size, re-centred
+            grid = initial_grid(cell.policy, center=centre)
+            span = "no interval"
+        else:
+            grid = prior_grid(cell.policy, centre, pred.lo, pred.hi)
+            span = f"[{pred.lo:.3g}, {pred.hi:.3g}]"
         self.messages.append(
-            f"{cell.cell_id}: prior LR {pred.lr:.3g} [{lo:.3g}, {hi:.3g}] from {len(known)} smaller sizes: "
+            f"{cell.cell_id}: prior LR {pred.lr:.3g} {span} from {len(known)} smaller sizes: "
             f"grid {', '.join(f'{x:.3g}' for x in grid)}"
         )
         return grid

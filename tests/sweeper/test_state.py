@@ -54,9 +54,12 @@ def member(pid: str, lr: float, state: str = "running", eval_loss=None, train_lo
             "diverged_step": extra.get("diverged_step"), "reason": extra.get("reason")}
 
 
-def run_trial(state: SweepState, tid: str, config: dict, *, diverge_above: float = 1.0, corpus: str = "c1") -> None:
+def run_trial(state: SweepState, tid: str, config: dict, *, diverge_above: float = 1.0, corpus: str = "c1",
+              loss=None) -> None:
     """Play a whole trial: start, one progress report, a final report."""
     spec = config["spec"]
+    depth = spec["model"]["depth"]
+    loss_at = (lambda lr: loss(depth, lr)) if loss else globals()["loss_at"]
     pids, lrs = spec["point_ids"], spec["lrs"]
     state.on_trial_start(tid, pids)
     state.on_result(tid, pids, {"step": 10, "tokens": 1280, "train_seconds": 1.0, "done": False,
@@ -121,6 +124,30 @@ def test_cells_are_bracketed_and_recorded_in_ledger_and_store(tmp_path):
             assert t.user_attrs["metrics"]["corpus"] == "c1"
         assert study.best_trial.params["lr"] == state.decisions[cid].best.lr
         assert study.user_attrs["method"] == cid.split("/")[0]
+
+
+def test_prior_extrapolate_centres_deeper_cells_on_the_lr_law(tmp_path):
+    def loss(depth, lr):  # optimum 0.02 / depth
+        return 3.0 + 0.3 * math.log(lr * depth / 0.02) ** 2
+
+    state = make_state(tmp_path, methods=["pre"], model={"width": 32, "heads": 2, "depths": [2, 4, 8, 16],
+                                                          "seq_len": 32},
+                       lr={"center": 3e-3, "points": 5, "refine": True, "prior": "extrapolate"}, stack=8)
+    state.load({})
+    assert set(state.waiting) == {"pre/L8/s0", "pre/L16/s0"}  # L2 and L4 have no law to wait for
+    configs = drive(state, loss=loss)
+    first = {}
+    for c in configs:
+        first.setdefault(c["cell_id"], c["spec"]["lrs"])
+    assert list(first)[2:] == ["pre/L8/s0", "pre/L16/s0"]
+    assert first["pre/L4/s0"] == first["pre/L2/s0"]  # the YAML's grid
+    # Two smaller sizes: the YAML's 5 points re-centred on the law's prediction 0.02 / 8 (no interval yet).
+    assert len(first["pre/L8/s0"]) == 5 and first["pre/L8/s0"][2] == pytest.approx(0.0025, rel=0.05)
+    # Three: an interval, and a narrower grid around 0.02 / 16.
+    assert 3 <= len(first["pre/L16/s0"]) < 5
+    assert min(first["pre/L16/s0"], key=lambda lr: abs(math.log(lr / 0.00125))) == pytest.approx(0.00125, rel=0.1)
+    assert all(state.decisions[c].status == "bracketed" for c in state.cells)
+    assert any("prior LR" in m for m in state.messages)
 
 
 def test_divergence_mid_trial_finishes_that_point_at_once(tmp_path):
