@@ -58,7 +58,7 @@ def apply_rotary(qkv: Tensor, rope: Rotary) -> Tensor:
     Eagerly, one complex multiply (one kernel, the fastest form on CPU; computed in fp32 for
     16-bit inputs). Under torch.compile the real form, which the compiler fuses into one kernel.
     """
-    if rope.cis is None:
+    if rope.cis is None or torch.compiler.is_compiling():
         x0, x1 = qkv.unflatten(-1, (-1, 2)).unbind(-1)
         cos, sin = rope.cos.to(qkv.dtype), rope.sin.to(qkv.dtype)
         return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
