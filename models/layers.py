@@ -70,6 +70,24 @@ def apply_rotary(qkv: Tensor, rope: Rotary) -> Tensor:
 # ---- sublayers ---------------------------------------------------------------------------------------
 
 
+def project_out(
+    y: Tensor, weight: Tensor, residual: Tensor | None = None, skip: float = 1.0, scale: float = 1.0
+) -> Tensor:
+    """`skip * residual + scale * (y @ weight)`: the output projection of a branch and the residual add
+    in one matmul-accumulate kernel (`baddbmm`). Under autocast the add stays separate, so that the
+    residual stream keeps its own (fp32) precision instead of being rounded to the matmul's dtype.
+    """
+    if residual is not None and residual.dtype == y.dtype and not torch.is_autocast_enabled(y.device.type):
+        return torch.baddbmm(residual, y, weight, beta=skip, alpha=scale)
+    out = torch.bmm(y, weight)
+    if scale != 1.0:
+        out = out * scale
+    if residual is None:
+        return out
+    return (residual if skip == 1.0 else residual * skip) + out
+
+
+
 class Attention(nn.Module):
     """Multi-head attention with RoPE: fused `qkv` `[K, d, 3d]` (columns q | k | v, heads contiguous
     within each), output projection `o` `[K, d, d]`. No biases."""
@@ -80,8 +98,12 @@ class Attention(nn.Module):
         self.qkv = nn.Parameter(torch.empty(stack, width, 3 * width))
         self.o = nn.Parameter(torch.empty(stack, width, width))
 
-    def forward(self, x: Tensor, seq_len: int, rope: Rotary | None = None) -> Tensor:
-        """`x` `[K, B*seq_len, d]` -> `[K, B*seq_len, d]`; RoPE on q and k when `rope` is given."""
+    def forward(
+        self, x: Tensor, seq_len: int, rope: Rotary | None = None, *,
+        residual: Tensor | None = None, skip: float = 1.0, scale: float = 1.0,
+    ) -> Tensor:
+        """`x` `[K, B*seq_len, d]` -> `[K, B*seq_len, d]`; RoPE on q and k when `rope` is given.
+        With `residual`: `skip * residual + scale * attention(x)` (see `project_out`)."""
         k_models, n_tokens, _ = x.shape
         seq = seq_len
         batch = k_models * (n_tokens // seq)
@@ -91,7 +113,7 @@ class Attention(nn.Module):
         q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))  # [K*B, H, T, hd] each
         y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)  # [K*B, H, T, hd]
         y = y.transpose(1, 2).reshape(k_models, n_tokens, self.width)
-        return torch.bmm(y, self.o)
+        return project_out(y, self.o, residual, skip, scale)
 
 
 class SwiGLU(nn.Module):
@@ -103,9 +125,10 @@ class SwiGLU(nn.Module):
         self.gate_up = nn.Parameter(torch.empty(stack, width, 2 * hidden))
         self.down = nn.Parameter(torch.empty(stack, hidden, width))
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, *, residual: Tensor | None = None, skip: float = 1.0, scale: float = 1.0) -> Tensor:
+        """With `residual`: `skip * residual + scale * mlp(x)` (see `project_out`)."""
         gate, up = torch.bmm(x, self.gate_up).chunk(2, dim=-1)
-        return torch.bmm(F.silu(gate) * up, self.down)
+        return project_out(F.silu(gate) * up, self.down, residual, skip, scale)
 
 
 # ---- what a scheme sees of one sublayer ------------------------------------------------------------
@@ -114,6 +137,7 @@ class SwiGLU(nn.Module):
 class ResidualStep:
     """`models.scheme.StepOps` for one sublayer of one block during one forward pass.
 
+    `fn(x, residual=None, skip=1.0, scale=1.0)` is the sublayer (see `Attention` and `SwiGLU`).
     `gains`: the block's own gain parameters `[K, d]` by full site name; `external`: this layer's
     rows of model-level gains (LayerRoPE) `[K, d]` by site; `consts`: the block (per-layer constant
     buffers are its attributes `c_<name>`).
@@ -135,6 +159,12 @@ class ResidualStep:
 
     def branch(self, x: Tensor) -> Tensor:
         return self._fn(x)
+
+    def residual(self, h: Tensor, x: Tensor, *, skip: float = 1.0, scale: float = 1.0, gain: str | None = None) -> Tensor:
+        if gain is None:  # fused into the branch's output projection
+            return self._fn(x, residual=h, skip=skip, scale=scale)
+        base = h if skip == 1.0 else h * skip
+        return torch.addcmul(base, self._site_gain(gain).unsqueeze(-2), self._fn(x), value=scale)
 
     def norm(self, x: Tensor, site: str | None = None) -> Tensor:
         if site is None:

@@ -56,7 +56,7 @@ class Block(nn.Module):
         self.step = scheme.step_for(layer)
 
     def forward(self, h: Tensor, seq_len: int, rope, external: Mapping[str, Tensor]) -> Tensor:
-        attn = ResidualStep(lambda x: self.attn(x, seq_len, rope), "attn_", self.gains, external, self, self.eps)
+        attn = ResidualStep(lambda x, **kw: self.attn(x, seq_len, rope, **kw), "attn_", self.gains, external, self, self.eps)
         h = self.step(h, attn)
         mlp = ResidualStep(self.mlp, "mlp_", self.gains, external, self, self.eps)
         return self.step(h, mlp)

@@ -19,10 +19,13 @@ LNS, LayerRoPE read); `out` — the gain at the branch's output side (Peri-LN's 
 write gain, and for Post-LN / DeepNet the norm applied after the residual add).
 
 Inside `step`, a scheme sees the sublayer through a `StepOps` object (the family provides it):
-`s.branch(x)` runs the sublayer, `s.norm(x, site)` normalises (RMSNorm for the decoder, no affine)
-and multiplies by the site's gain (`site=None`: no gain), `s.gain(x, site)` multiplies by a gain
-without normalising, `s.const(name)` is a per-layer constant. `site` is the short name (`"in"`,
-`"out"`); the sublayer prefix is added by `StepOps`.
+`s.branch(x)` runs the sublayer B; `s.residual(h, x, skip=1, scale=1, gain=None)` is
+`skip*h + scale*(g * B(x))` (g the gain of site `gain`, or 1), computed with the residual add fused
+into the branch's output projection; `s.norm(x, site)` normalises (RMSNorm for the decoder, no
+affine) and multiplies by the site's gain (`site=None`: no gain); `s.gain(x, site)` multiplies by a
+gain without normalising; `s.const(name)` is a per-layer constant. `site` is the short name (`"in"`,
+`"out"`); the sublayer prefix is added by `StepOps`. Prefer `s.residual(h, x)` to `h + s.branch(x)`:
+same value, one kernel less per step (these narrow deep networks are bound by kernel count).
 
 This module imports no torch, so that scheme names, options and parameter counts are available to
 fast command-line validation; scheme modules import torch only inside `make_site_gains`.
@@ -49,6 +52,7 @@ class StepOps(Protocol):
     """What a scheme may do with one sublayer inside `Scheme.step`."""
 
     def branch(self, x: Tensor) -> Tensor: ...
+    def residual(self, h: Tensor, x: Tensor, *, skip: float = 1.0, scale: float = 1.0, gain: str | None = None) -> Tensor: ...
     def norm(self, x: Tensor, site: str | None = None) -> Tensor: ...
     def gain(self, x: Tensor, site: str) -> Tensor: ...
     def const(self, name: str) -> Tensor: ...
@@ -114,7 +118,7 @@ class Scheme:
 
     def step(self, h: Tensor, s: StepOps) -> Tensor:
         """One residual step: Pre-Norm `h + B(N(h))`."""
-        return h + s.branch(s.norm(h, "in"))
+        return s.residual(h, s.norm(h, "in"))
 
     # ---- init ----------------------------------------------------------------------------------
     def init_scale(self, weight: str, layer: int) -> float:

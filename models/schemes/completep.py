@@ -34,7 +34,7 @@ class CompleteP(Scheme):
         self.hidden_eps_mult = ratio ** (-self.alpha)
 
     def step(self, h: Tensor, s: StepOps) -> Tensor:
-        return h + s.branch(s.norm(h, "in")) * self.branch_scale
+        return s.residual(h, s.norm(h, "in"), scale=self.branch_scale)  # h + (L/L0)^-alpha B(N(h))
 
     def multipliers(self, kind: ParamKind) -> tuple[float, float]:
         if kind == "hidden":

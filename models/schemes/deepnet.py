@@ -30,7 +30,7 @@ class DeepNet(PostNorm):
         self.beta = (8.0 * depth) ** -0.25
 
     def step(self, h: Tensor, s: StepOps) -> Tensor:
-        return s.norm(self.alpha * h + s.branch(h), "out")
+        return s.norm(s.residual(h, h, skip=self.alpha), "out")  # N(alpha*h + B(h))
 
     def init_scale(self, weight: str, layer: int) -> float:
         return self.beta if weight in BETA_SCALED else 1.0

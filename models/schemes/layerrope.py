@@ -53,4 +53,4 @@ class LayerRoPEScheme(Scheme):
         )
 
     def step(self, h: Tensor, s: StepOps) -> Tensor:
-        return h + s.gain(s.branch(s.norm(h, "in")), "out")
+        return s.residual(h, s.norm(h, "in"), gain="out")  # h + w[l] * B(norm(h) * r[l])

@@ -26,7 +26,7 @@ class LayerNormScaling(Scheme):
         return {"in_scale": 1.0 / math.sqrt(layer)}
 
     def step(self, h: Tensor, s: StepOps) -> Tensor:
-        return h + s.branch(s.norm(h, "in") * s.const("in_scale"))
+        return s.residual(h, s.norm(h, "in") * s.const("in_scale"))  # h + B(N(h) / sqrt(l))
 
     def effective_gain(self, site: str, layer: int, gain: Tensor) -> Tensor:
         return gain / math.sqrt(layer) if site.endswith("_in") else gain

@@ -39,4 +39,4 @@ class MixLN(Scheme):
         return self.post_step if self.is_post(layer) else self.step
 
     def post_step(self, h: Tensor, s: StepOps) -> Tensor:
-        return s.norm(h + s.branch(h), "out")
+        return s.norm(s.residual(h, h), "out")  # N(h + B(h))

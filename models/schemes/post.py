@@ -31,4 +31,4 @@ class PostNorm(Scheme):
         return ("attn_out", "mlp_out")
 
     def step(self, h: Tensor, s: StepOps) -> Tensor:
-        return s.norm(h + s.branch(h), "out")
+        return s.norm(s.residual(h, h), "out")  # N(h + B(h))

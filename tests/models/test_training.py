@@ -43,3 +43,16 @@ def test_bf16_autocast_forward_backward(tiny):
     assert losses.dtype == torch.float32 and torch.isfinite(losses).all()
     losses.sum().backward()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+@pytest.mark.parametrize("scheme", ["pre", "deepnet", "completep", "layerrope"])
+def test_residual_stream_stays_fp32_under_autocast(scheme, tiny):
+    """The fused residual add (baddbmm) must not round the residual stream to bf16 under autocast."""
+    cfg = tiny(scheme, depth=2)
+    model = build_model(cfg, stack=2)
+    seen = []
+    for block in model.blocks:
+        block.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model(torch.zeros(1, cfg.seq_len, dtype=torch.long))
+    assert seen == [torch.float32, torch.float32]
