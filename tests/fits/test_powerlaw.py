@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sweeper.fits import powerlaw
 from sweeper.fits.powerlaw import fit_loss_curve, small_sample_factor
@@ -160,3 +162,26 @@ def test_prediction_interval_is_wider_than_the_curve_band() -> None:
     _, lo, hi = fit.predict(np.array([256.0]))
     pi_lo, pi_hi = fit.prediction_interval(np.array([256.0]))
     assert pi_hi[0] - pi_lo[0] > hi[0] - lo[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(1.0, 1e12), st.floats(-5.0, 20.0, allow_nan=False)),
+        min_size=0, max_size=8,
+    )
+)
+def test_any_finite_input_gives_a_status_never_a_crash(points: list[tuple[float, float]]) -> None:
+    x = np.array([p[0] for p in points])
+    y = np.array([p[1] for p in points])
+    fit = fit_loss_curve(x, y, resamples=50)
+    assert fit.status in ("ok", "flat", "insufficient")
+    if fit.status == "insufficient":
+        assert fit.warnings and fit.E.value is None
+    else:
+        assert fit.E.value is not None and np.isfinite(fit.E.value) and fit.E.value >= 0
+        assert fit.A.value is not None and fit.A.value >= 0
+        pred, _, _ = fit.predict(np.array([float(x.max()) * 2]))
+        assert np.isfinite(pred).all()
+    if fit.status == "flat":
+        assert fit.alpha.value is None
