@@ -258,10 +258,38 @@ class LaunchSummary:
         return out
 
 
+LOCAL_SOURCES = ("builtin", "text", "jsonl", "parquet", "tokens", "synthetic")
+
+
+def preflight_data(plan: Plan) -> str | None:
+    """Open a local corpus once in the driver: bad data (a too-small vocabulary, an empty folder)
+    fails here with one line instead of in every trial, and the corpus fingerprint is known up
+    front. Remote sources (`hf`) are left to the trials, which may be the only machines online."""
+    from trials.errors import TrialInputError
+
+    data = plan.cells[0].data if plan.cells else None
+    if data is None or data.source not in LOCAL_SOURCES:
+        return None
+    from trials.data import check_vocab, open_source
+
+    try:
+        source = open_source(data)
+        check_vocab(plan.vocab, source)
+    except TrialInputError as exc:
+        raise UserError(exc.message) from None
+    return source.fingerprint
+
+
 def launch(plan: Plan, *, address: str | None = None, retry_failed: bool = False, console: Any = None,
            started: float | None = None) -> LaunchSummary:
     started = started or time.time()
     old_manifest = check_output_dir(plan)
+    corpus = preflight_data(plan)
+    if corpus and old_manifest and old_manifest.get("corpus") and old_manifest["corpus"] != corpus:
+        raise UserError(
+            f"{plan.sweep_dir}: the corpus changed since this sweep started (fingerprint {old_manifest['corpus']} "
+            f"then, {corpus} now); results would not be comparable: restore the data or use a new output (--output)"
+        )
     for key, value in ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)
 
@@ -273,6 +301,8 @@ def launch(plan: Plan, *, address: str | None = None, retry_failed: bool = False
     url = storage_url(plan.config.ledger, sweep_dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     manifest = manifest_for(plan, old_manifest, url)
+    if corpus and not manifest.get("corpus"):
+        manifest["corpus"] = corpus
     yaml_name = save_yaml_copy(sweep_dir, plan.source)
     write_json_atomic(sweep_dir / MANIFEST, manifest)
 
@@ -328,7 +358,7 @@ def launch(plan: Plan, *, address: str | None = None, retry_failed: bool = False
             run_config=tune.RunConfig(
                 name=new_name, storage_path=storage_path, callbacks=[SweepRecorder()], stop=SweepStopper(),
                 verbose=0, failure_config=tune.FailureConfig(max_failures=plan.config.retries),
-                checkpoint_config=tune.CheckpointConfig(num_to_keep=2), log_to_file=False,
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=1), log_to_file=False,
             ),
         )
 

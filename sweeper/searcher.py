@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +103,14 @@ class SweepRecorder(Callback):
         active().on_result(trial.trial_id, point_ids(trial.config), result)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        active().on_trial_end(trial.trial_id, point_ids(trial.config), trial.last_result, None)
+        state = active()
+        pids = point_ids(trial.config)
+        state.on_trial_end(trial.trial_id, pids, trial.last_result, None)
+        if not state.should_stop(trial.trial_id, pids) or state.stopping:
+            return
+        # Every point of the trial is finished: its checkpoints (model and optimizer state of the
+        # whole stack) can only waste disk from now on.
+        remove_checkpoints(trial)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         active().on_trial_end(trial.trial_id, point_ids(trial.config), trial.last_result, _error_text(trial))
@@ -115,6 +123,22 @@ class SweepRecorder(Callback):
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         active().flush(force=True)
+
+
+def remove_checkpoints(trial: Any) -> None:
+    """Delete a finished trial's checkpoints when they live on a local filesystem."""
+    try:
+        import pyarrow.fs
+
+        local = isinstance(trial.storage.storage_filesystem, pyarrow.fs.LocalFileSystem)
+        trial_dir = trial.path
+    except Exception:
+        return
+    if not local or not trial_dir or not os.path.isdir(trial_dir):
+        return  # remote storage (a URI) keeps them; its lifecycle rules can expire them
+    for name in os.listdir(trial_dir):
+        if name.startswith("checkpoint_"):
+            shutil.rmtree(os.path.join(trial_dir, name), ignore_errors=True)
 
 
 def trial_resources(config: dict[str, Any]) -> Any:
