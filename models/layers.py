@@ -171,7 +171,7 @@ class ResidualStep:
             return rms_norm(x, self._eps)
         g = self._site_gain(site)
         if g.shape[0] == 1:  # one member: the gain fits rms_norm's weight (a fused kernel on GPUs)
-            return F.rms_norm(x, (x.shape[-1],), g[0], eps=self._eps)
+            return F.rms_norm(x, (x.shape[-1],), g.view(-1), eps=self._eps)  # a view: no backward op
         return rms_norm(x, self._eps) * g.unsqueeze(-2)
 
     def gain(self, x: Tensor, site: str) -> Tensor:
