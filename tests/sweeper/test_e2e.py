@@ -201,31 +201,71 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _groups_of(marker: str) -> set[int]:
-    out = subprocess.run(["ps", "-eo", "pgid=,args="], capture_output=True, text=True).stdout
-    return {int(line.split()[0]) for line in out.splitlines() if marker in line}
+def _start_node(args: list[str], env: dict[str, str], groups: list[int]) -> None:
+    """`ray start ...` in a new session: its daemons stay in that process group, which is recorded."""
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    groups.append(proc.pid)
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err[-2000:]
+
+
+def _stop_groups(groups: list[int]) -> None:
+    """Stop exactly the node processes this test started: their own process groups."""
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        for group in groups:
+            try:
+                os.killpg(group, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.time() + wait
+        while time.time() < deadline and any(_group_alive(g) for g in groups):
+            time.sleep(0.2)
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def _processes() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, command line) of every process (from `ps`, no extra dependency)."""
+    out = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout
+    table = {}
+    for line in out.splitlines():
+        parts = line.split(None, 2)
+        if len(parts) == 3:
+            table[int(parts[0])] = (int(parts[1]), parts[2])
+    return table
+
+
+def _ancestors(pid: int, table: dict[int, tuple[int, str]]) -> list[int]:
+    chain = []
+    while pid in table and pid > 1 and len(chain) < 50:
+        pid = table[pid][0]
+        chain.append(pid)
+    return chain
 
 
 def test_two_node_cluster_places_trials_on_the_second_node(tmp_path):
-    psutil = pytest.importorskip("psutil")
     temp_dir = Path("/tmp") / f"rsw-{os.getpid()}"  # short: Ray's socket paths are length-limited
     port = _free_port()
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token"}
     ray_bin = str(Path(sys.executable).with_name("ray"))
-    started: set[int] = set()
+    groups: list[int] = []
     try:
-        subprocess.run([ray_bin, "start", "--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=false",
-                        f"--temp-dir={temp_dir}", "--disable-usage-stats"], check=True, env=env,
-                       capture_output=True, timeout=180)
-        started |= _groups_of(str(temp_dir))
-        subprocess.run([ray_bin, "start", f"--address=127.0.0.1:{port}", "--num-cpus=2",
-                        '--resources={"second_node": 4}'], check=True, env=env, capture_output=True, timeout=180)
-        started |= _groups_of(str(temp_dir))
+        _start_node([ray_bin, "start", "--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=false",
+                     f"--temp-dir={temp_dir}", "--disable-usage-stats"], env, groups)
+        _start_node([ray_bin, "start", f"--address=127.0.0.1:{port}", "--num-cpus=2",
+                     '--resources={"second_node": 4}'], env, groups)
         path = tiny_yaml(tmp_path, "cluster", methods="[pre]", depths="[1]", steps=30,
                          resources="{cpu: 1, custom: {second_node: 1}}", concurrency=2)
-        raylets = {p.pid: " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["name", "cmdline"])
-                   if p.info["name"] == "raylet" and str(temp_dir) in " ".join(p.info["cmdline"] or [])}
-        assert len(raylets) == 2
+        raylets = {pid: cmd for pid, (_, cmd) in _processes().items()
+                   if "raylet/raylet" in cmd and str(temp_dir) in cmd}
+        assert len(raylets) == 2, raylets
         second = next(pid for pid, cmd in raylets.items() if "second_node" in cmd)
         launch = subprocess.Popen([sys.executable, "-m", "sweeper.cli", "launch", str(path), "--address",
                                    f"127.0.0.1:{port}", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -233,13 +273,12 @@ def test_two_node_cluster_places_trials_on_the_second_node(tmp_path):
         # While it runs, find the trial actors (Tune's function trainables) and the raylet that started each.
         placed: dict[int, int] = {}
         while launch.poll() is None:
-            for p in psutil.process_iter(["cmdline"]):
-                cmd = " ".join(p.info["cmdline"] or [])
-                if cmd.startswith("ray::ImplicitFunc") and p.pid not in placed:
-                    try:
-                        placed[p.pid] = next((q.pid for q in p.parents() if q.pid in raylets), -1)
-                    except psutil.NoSuchProcess:
-                        continue
+            table = _processes()
+            for pid, (_, cmd) in table.items():
+                if cmd.startswith("ray::ImplicitFunc") and pid not in placed:
+                    ours = [a for a in _ancestors(pid, table) if a in raylets]  # not another test's Ray
+                    if ours:
+                        placed[pid] = ours[0]
             time.sleep(0.1)
         out, err = launch.communicate()
         assert launch.returncode == 0, err[-3000:]
@@ -248,17 +287,4 @@ def test_two_node_cluster_places_trials_on_the_second_node(tmp_path):
         assert set(placed.values()) == {second}, placed
         assert load_points(tmp_path / "cluster")["state"].is_in(["ok", "diverged"]).all()
     finally:
-        started |= _groups_of(str(temp_dir))
-        for group in started:
-            try:
-                os.killpg(group, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        deadline = time.time() + 10
-        while time.time() < deadline and _groups_of(str(temp_dir)):
-            time.sleep(0.5)
-        for group in _groups_of(str(temp_dir)):
-            try:
-                os.killpg(group, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _stop_groups(groups)
