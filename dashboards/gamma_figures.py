@@ -134,7 +134,7 @@ def cosine_figure(results: dict[str, Any], site: str) -> go.Figure:
     for m in models:
         cos = m["sites"][site]["direction"]["cosine"]
         lo = min(min(r) for r in cos)
-        titles.append(f"{text(m['name'])}  (cos ∈ [{lo:.3f}, 1])")
+        titles.append(f"{text(m['name'])}  (cos ∈ [{lo:.6g}, 1])")
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.07, vertical_spacing=0.12)
     for i, model in enumerate(models):
         s = model["sites"][site]

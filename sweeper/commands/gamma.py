@@ -92,11 +92,11 @@ def _print_table(results: dict[str, Any]) -> None:
 
     console = Console()
     if not console.is_terminal:
-        console = Console(width=max(console.width, 160))
+        console = Console(width=max(console.width, 200))
     table = Table(title=f"γ probe — {results['site_group']} sites", show_lines=False)
     for key in CONSOLE_COLUMNS:
         table.add_column(SUMMARY_COLUMNS[key], justify="left" if key in ("model", "site") else "right",
-                         overflow="fold", min_width=12 if key == "model" else None)
+                         overflow="fold", min_width=24 if key == "model" else None)
     for row in summary_rows(results):
         table.add_row(*(_fmt(row[key]) for key in CONSOLE_COLUMNS))
     console.print(table)

@@ -23,6 +23,7 @@ Bad input raises `sweeper.errors.UserError` (the CLI exits 2).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -331,8 +332,10 @@ def read_project_export(folder: Path) -> ModelGains:
     )
 
 
-def _member_order(path: Path) -> tuple:
-    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in path.parts)
+def _member_order(folder: Path) -> tuple[str, float, str]:
+    """Exports grouped by the folder above their trial (a sweep cell), then by learning rate."""
+    lr = _read_json(folder / "config.json").get("lr")
+    return str(folder.parent.parent), float(lr) if isinstance(lr, (int, float)) else math.inf, str(folder)
 
 
 def find_exports(folder: Path, max_depth: int = 5) -> list[Path]:
