@@ -75,6 +75,7 @@ class SweepData:
     sizes: tuple[str, ...] = ()  # ordered by depth, then parameters
     seeds: tuple[int, ...] = ()
     colours: dict[str, str] = field(default_factory=dict)
+    x_kind: str | None = None  # the manifest's scaling axis: "depth" or "params"
 
     @classmethod
     def build(
@@ -84,6 +85,8 @@ class SweepData:
         cells: pl.DataFrame,
         curves: pl.DataFrame,
         fits: dict[str, Any] | None = None,
+        *,
+        x_kind: str | None = None,
     ) -> SweepData:
         points = points.sort("point_id") if points.height else points
         cells = cells.sort("cell_id") if cells.height else cells
@@ -98,6 +101,7 @@ class SweepData:
             sizes=tuple(order_sizes(points, cells)),
             seeds=tuple(sorted(set(points["seed"].drop_nulls()) | set(cells["seed"].drop_nulls()))),
             colours=style.method_colours(methods),
+            x_kind=x_kind if x_kind in ("depth", "params", "compute") else None,
         )
 
     def filtered(self, filters: Filters) -> SweepData:
@@ -196,6 +200,7 @@ def load_sweep(sweep_dir: str | os.PathLike[str]) -> SweepData:
         load_cells(sweep_dir),
         load_curves(sweep_dir),
         load_fits(sweep_dir),
+        x_kind=manifest.get("x"),
     )
 
 

@@ -32,6 +32,7 @@ import polars as pl
 
 from dashboards import figures
 from dashboards.data import Filters, SweepData, sweep_name
+from dashboards.figures.common import present_methods, present_sizes, size_legend
 from sweeper.errors import UserError
 from sweeper.store import (
     CELLS_SCHEMA,
@@ -66,7 +67,9 @@ class LiveModel:
 
     def __init__(self, sweep_dir: str | os.PathLike[str], *, min_interval: float = 0.2) -> None:
         self.root = Path(sweep_dir)
-        self.name = sweep_name(self.root, read_manifest(self.root))
+        manifest = read_manifest(self.root)
+        self.name = sweep_name(self.root, manifest)
+        self.x_kind = manifest.get("x")
         self.epoch = secrets.token_hex(6)
         self.lock = threading.RLock()
         self.min_interval = min_interval
@@ -200,7 +203,7 @@ class LiveModel:
         with self.lock:
             if self._data is None or self._data[0] != self.version:
                 empty = pl.DataFrame(schema={c: pl.Utf8 for c in ("point_id", "method", "size")})
-                self._data = (self.version, SweepData.build(self.name, self.points, self.cells, empty, self.fits))
+                self._data = (self.version, SweepData.build(self.name, self.points, self.cells, empty, self.fits, x_kind=self.x_kind))
             return self._data[1]
 
     def n_curves(self) -> int:
@@ -286,9 +289,9 @@ class View:
         model = self.model
         budget = figures.curve_budget(model.n_curves())
         states = dict(zip(data.points["point_id"].to_list(), data.points["state"].to_list()))
-        methods = figures._present_methods(data)
+        methods = present_methods(data)
         _, refs = figures.learning_curves_layout(data, np.zeros(0))
-        traces: list[dict[str, Any]] = figures._size_legend(data, figures._present_sizes(data), "learning_curves") if methods else []
+        traces: list[dict[str, Any]] = size_legend(data, present_sizes(data), "learning_curves") if methods else []
         lates = []
         for i, method in enumerate(methods):
             for size in data.sizes:

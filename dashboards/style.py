@@ -43,6 +43,7 @@ STATUS_COLOURS: dict[str, str] = {
     "bracketed": "#74C476",
     "edge": "#FDAE6B",
     "diverged": "#E34A33",
+    "failed": "#969696",  # every point of the cell crashed
 }
 OUTCOME_COLOURS: dict[str, str] = {"ok": "#333333", "diverged": "#E34A33", "failed": "#7F7F7F"}
 

@@ -353,3 +353,16 @@ class SyntheticSweep:
         }  # fmt: skip
         write_json_atomic(self.root / FITS, fits)
         return fits
+
+
+def write_in_steps(root: str, spec: SyntheticSpec, steps: int, compact_at: int | None = None, ready: Any = None) -> None:
+    """Write a whole synthetic sweep in `steps` advances, as fast as possible (a process
+    target for concurrency tests and benchmarks; `ready` is set once the writer exists)."""
+    sweep = SyntheticSweep(root, spec)
+    if compact_at is not None:
+        sweep.writer.COMPACT_AT = compact_at
+    if ready is not None:
+        ready.set()
+    for i in range(1, steps + 1):
+        sweep.advance(i / steps)
+    sweep.finish()

@@ -1,0 +1,102 @@
+"""The method × size status grid: bracketing status over seeds and points done."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from dashboards import style
+from dashboards.data import SweepData
+from dashboards.figures.common import (
+    FINISHED,
+    FigureDict,
+    Trace,
+    empty_note,
+    group_status,
+    present_methods,
+    present_sizes,
+    uid,
+)
+
+
+def status_grid(data: SweepData) -> FigureDict:
+    """Method × size: the cell status over seeds (colour) and the points done (text)."""
+    layout = style.base_layout("Sweep status", height=200, uirevision="status_grid")
+    methods, sizes = present_methods(data), present_sizes(data)
+    layout["height"] = 170 + 46 * max(len(methods), 1)
+    layout["xaxis"] = style.axis("Size", type="category", showgrid=False, ticks="", mirror=False, showline=False)
+    layout["yaxis"] = style.axis("", type="category", showgrid=False, ticks="", autorange="reversed", mirror=False,
+                                 showline=False)  # fmt: skip
+    layout["legend"].update({"orientation": "h", "x": 0.0, "xanchor": "left", "y": 1.02, "yanchor": "bottom"})
+    layout["margin"]["t"] = 90
+    if not methods or not sizes:
+        layout["xaxis"]["visible"] = layout["yaxis"]["visible"] = False
+        empty_note(layout, "No cell planned yet")
+        return {"data": [], "layout": layout}
+    layout["yaxis"]["tickmode"] = "array"
+    layout["yaxis"]["tickvals"] = [style.text(m) for m in methods]
+    layout["yaxis"]["ticktext"] = [f"<span style='color:{data.colours[m]}'><b>{style.text(m)}</b></span>" for m in methods]
+    status = group_status(data)
+    counts = {
+        (r["method"], r["size"]): r
+        for r in data.points.group_by("method", "size")
+        .agg(
+            pl.len().alias("total"),
+            pl.col("state").is_in(FINISHED).sum().alias("done"),
+            (pl.col("state") == "running").sum().alias("running"),
+            (pl.col("state") == "diverged").sum().alias("diverged"),
+            (pl.col("state") == "failed").sum().alias("failed"),
+        )
+        .iter_rows(named=True)
+    }
+    seeds: dict[tuple[str, str], list[str]] = {}
+    for r in data.cells.sort("seed").iter_rows(named=True):
+        best = f", LR* {r['interp_lr'] or r['best_lr']:.3g}" if (r["interp_lr"] or r["best_lr"]) else ""
+        seeds.setdefault((r["method"], r["size"]), []).append(f"s{r['seed']}: {r['status']}{best}")
+    order = list(style.STATUS_COLOURS)
+    k = len(order)
+    colourscale = []
+    for i, name in enumerate(order):
+        colourscale += [[i / k, style.STATUS_COLOURS[name]], [(i + 1) / k, style.STATUS_COLOURS[name]]]
+    z, text, hover = [], [], []
+    for m in methods:
+        zr, tr, hr = [], [], []
+        for s in sizes:
+            st = status.get((m, s))
+            c = counts.get((m, s), {})
+            if st is None:
+                zr.append(None)
+                tr.append("")
+                hr.append("not planned")
+                continue
+            zr.append((order.index(st) + 0.5) / k)
+            done, total = c.get("done", 0), c.get("total", 0)
+            tr.append(f"{st}<br>{done}/{total} pts")
+            details = [f"{done} of {total} points done", f"{c.get('running', 0)} running",
+                       f"{c.get('diverged', 0)} diverged", f"{c.get('failed', 0)} failed"]  # fmt: skip
+            hr.append("<br>".join(details + seeds.get((m, s), [])))
+        z.append(zr)
+        text.append(tr)
+        hover.append(hr)
+    traces: list[Trace] = [
+        {
+            "type": "heatmap", "uid": uid("status_grid", "cells"),
+            "x": [style.text(s) for s in sizes], "y": [style.text(m) for m in methods], "z": z,
+            "zmin": 0, "zmax": 1, "colorscale": colourscale, "showscale": False,
+            "xgap": 3, "ygap": 3, "text": text, "texttemplate": "%{text}",
+            "textfont": {"size": style.FONT_SIZE - 2, "color": style.INK},
+            "customdata": hover, "hovertemplate": "%{y} · %{x}<br>%{customdata}<extra></extra>",
+            "showlegend": False, "name": "status",
+        }
+    ]  # fmt: skip
+    shown = set(status.values())
+    for name in order:
+        if name == "failed" and name not in shown:
+            continue  # a rare status: in the legend only when some cell has it
+        traces.append(
+            {
+                "type": "scatter", "mode": "markers", "uid": uid("status_grid", "legend", name),
+                "x": [None], "y": [None], "name": name, "hoverinfo": "skip",
+                "marker": {"symbol": "square", "size": 13, "color": style.STATUS_COLOURS[name]},
+            }
+        )  # fmt: skip
+    return {"data": traces, "layout": layout}

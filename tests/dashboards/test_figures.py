@@ -1,0 +1,353 @@
+"""Every figure function against fixture sweeps written with the real StoreWriter: the
+numbers drawn are the stored numbers, the markers mean what they say, the figure is valid
+Plotly, deterministic, and shows user names as text."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import polars as pl
+import pytest
+
+from dashboards import figures, style
+from dashboards.data import Filters, SweepData
+from dashboards.figures.common import group_status
+
+from .conftest import HOSTILE
+
+
+def by_name(spec: dict, name: str) -> list[dict]:
+    return [t for t in spec["data"] if t.get("name") == name]
+
+
+def by_uid(spec: dict, *parts: object) -> dict:
+    key = figures.uid(*parts)
+    found = [t for t in spec["data"] if t["uid"] == key]
+    assert len(found) == 1, parts
+    return found[0]
+
+
+@pytest.mark.parametrize("name", list(figures.FIGURES))
+@pytest.mark.parametrize("fixture", ["finished", "midway"])
+def test_every_figure_is_valid_deterministic_and_has_stable_unique_uids(name, fixture, request):
+    data: SweepData = request.getfixturevalue(fixture)
+    build = figures.FIGURES[name][1]
+    spec = build(data)
+    figures.to_figure(spec)  # raises on any property Plotly does not know
+    text = json.dumps(spec, allow_nan=False)  # JSON-able, no NaN (the page parses it with JSON.parse)
+    assert json.dumps(build(data), allow_nan=False) == text
+    uids = [t["uid"] for t in spec["data"]]
+    assert len(uids) == len(set(uids)) and all(uids)
+    assert spec["layout"]["uirevision"] == name if name != "status" else "status_grid"
+    assert sum(len(t.get("x") or t.get("z") or []) for t in spec["data"]) > 0
+
+
+def test_empty_sweep_gives_valid_figures_with_a_message():
+    from dashboards.data import empty_frames
+
+    data = SweepData.build("empty", *empty_frames())
+    for name, (_, build) in figures.FIGURES.items():
+        spec = build(data)
+        figures.to_figure(spec)
+        notes = [a["text"] for a in spec["layout"].get("annotations", [])]
+        assert any(n.startswith("No ") for n in notes), name
+
+
+# Loss against LR ---------------------------------------------------------------------------------
+
+
+def test_loss_vs_lr_lines_are_the_seed_means_of_the_stored_objectives(finished):
+    spec = figures.loss_vs_lr(finished)
+    ok = finished.points.filter(pl.col("state") == "ok")
+    for (method, size), frame in ok.group_by("method", "size"):
+        trace = by_uid(spec, "loss_vs_lr", "method", method, size, "line")
+        expected = frame.group_by("lr").agg(pl.col("objective").mean(), pl.col("objective").min().alias("lo")).sort("lr")
+        assert trace["x"] == expected["lr"].to_list()
+        assert np.allclose(trace["y"], expected["objective"].to_numpy())
+        assert trace["line"]["color"] == finished.size_shade(method, size)
+        # two seeds: the error bar spans the seeds' range
+        if "error_y" in trace:
+            assert np.allclose(np.array(trace["y"]) - trace["error_y"]["arrayminus"], expected["lo"].to_numpy())
+    assert spec["layout"]["xaxis"]["type"] == "log"
+
+
+def test_loss_vs_lr_marks_diverged_points_above_every_finite_loss(finished):
+    spec = figures.loss_vs_lr(finished)
+    diverged = by_name(spec, "diverged")
+    stored = finished.points.filter(pl.col("state") == "diverged")
+    assert sum(len(t["x"]) for t in diverged) == stored.height > 0
+    assert sorted(x for t in diverged for x in t["x"]) == sorted(stored["lr"].to_list())
+    lo, hi = spec["layout"]["yaxis"]["range"]
+    in_frame = [y for t in spec["data"] if t.get("mode") == "lines+markers" for y in t["y"] if y <= hi]
+    for t in diverged:
+        assert t["marker"]["symbol"] == style.DIVERGED_SYMBOL
+        assert all(max(in_frame) < y < hi for y in t["y"])  # above every drawn loss, inside the frame
+
+
+def test_loss_vs_lr_marks_grid_and_interpolated_optima_of_every_cell(finished):
+    spec = figures.loss_vs_lr(finished)
+    cells = finished.cells
+    stars = by_name(spec, "interpolated optimum")
+    circles = by_name(spec, "best grid point")
+    assert sorted(x for t in stars for x in t["x"]) == sorted(cells["interp_lr"].drop_nulls().to_list())
+    assert sorted(x for t in circles for x in t["x"]) == sorted(cells["best_lr"].drop_nulls().to_list())
+    assert all(t["marker"]["symbol"] == style.INTERP_SYMBOL for t in stars)
+
+
+def test_loss_vs_lr_shows_each_cells_status_in_the_line_style(midway):
+    spec = figures.loss_vs_lr(midway)
+    status = group_status(midway)
+    checked = set()
+    for (method, size), st in status.items():
+        try:
+            trace = by_uid(spec, "loss_vs_lr", "method", method, size, "line")
+        except AssertionError:
+            continue  # no finished point yet
+        expected = {"bracketed": "solid", "edge": "dash", "running": "dot"}[st]
+        assert trace["line"]["dash"] == expected
+        assert trace["meta"][3] == st
+        checked.add(st)
+    assert {"bracketed", "edge", "running"} <= checked
+    running = by_name(spec, "running")
+    assert sum(len(t["x"]) for t in running) == midway.points.filter(pl.col("state") == "running").height > 0
+
+
+def test_loss_vs_lr_draws_off_scale_points_at_the_top_with_their_true_value():
+    from dashboards.data import empty_frames
+
+    points, cells, curves = empty_frames()
+    rows = [{"seq": i, "point_id": f"m/L4/s0/lr={lr:g}", "cell_id": "m/L4/s0", "method": "m", "size": "L4", "depth": 4,
+             "seed": 0, "lr": lr, "state": "ok", "objective": obj, "loss": obj}
+            for i, (lr, obj) in enumerate([(1e-4, 3.9), (3e-4, 3.5), (1e-3, 3.4), (3e-3, 3.45), (1e-2, 3.6), (3e-2, 9.5)])]  # fmt: skip
+    points = pl.DataFrame(rows, schema=points.schema)
+    spec = figures.loss_vs_lr(SweepData.build("x", points, cells, curves))
+    (off,) = by_name(spec, "off scale")
+    assert off["x"] == [3e-2] and off["customdata"][0][2] == 9.5
+    lo, hi = spec["layout"]["yaxis"]["range"]
+    assert hi < 9.5 and lo < 3.4 and off["y"][0] < hi
+
+
+def test_loss_vs_lr_facet_by_size_colours_lines_by_method(finished):
+    spec = figures.loss_vs_lr(finished, facet="size")
+    trace = by_uid(spec, "loss_vs_lr", "size", "pre", "L8", "line")
+    assert trace["line"]["color"] == finished.colours["pre"]
+    titles = [a["text"] for a in spec["layout"]["annotations"]]
+    assert "<b>L4</b>" in titles and "<b>L32</b>" in titles
+    with pytest.raises(ValueError):
+        figures.loss_vs_lr(finished, facet="seed")
+
+
+# Scaling and optimal LR -------------------------------------------------------------------------
+
+
+def test_scaling_draws_the_fitted_curve_band_points_and_holdout_from_fits(finished):
+    spec = figures.scaling(finished)
+    fits = finished.fits["methods"]
+    for method, entry in fits.items():
+        fit = entry["loss_fit"]
+        line = by_uid(spec, "scaling", method, "fit")
+        band = by_uid(spec, "scaling", method, "band")
+        curve = np.array(fit["curve"])
+        assert np.allclose(line["x"], curve[:, 0]) and np.allclose(line["y"], curve[:, 1])
+        n = len(curve)
+        assert np.allclose(band["y"][:n], curve[:, 3]) and np.allclose(band["y"][n:], curve[::-1, 2])
+        assert band["fill"] == "toself"
+        assert f"α = {fit['alpha']['value']:.3f}" in line["name"]
+        assert (line["line"]["dash"] == "solid") == fit["trustworthy"]
+        points = by_uid(spec, "scaling", method, "points")
+        assert points["x"] == [p[0] for p in fit["points"]]
+        hold = by_uid(spec, "scaling", method, "holdout")
+        assert hold["x"] == [fit["holdout"]["x"]] and hold["y"] == [fit["holdout"]["actual"]]
+        assert line["line"]["color"] == finished.colours[method]
+    assert spec["layout"]["xaxis"]["type"] == "log"
+    assert any(s.get("fillcolor") for s in spec["layout"].get("shapes", []))  # the extrapolated region
+
+
+def test_scaling_without_fits_shows_the_cells_best_losses(midway):
+    spec = figures.scaling(midway)
+    cells = midway.cells.filter(pl.col("best_objective").is_finite())
+    for method in midway.methods:
+        trace = by_uid(spec, "scaling", method, "observed")
+        mine = cells.filter(pl.col("method") == method)
+        expected = mine.group_by("depth").agg(pl.col("best_objective").mean(), (pl.col("status") == "bracketed").all()).sort("depth")
+        assert trace["x"] == expected["depth"].cast(float).to_list()
+        assert np.allclose(trace["y"], expected["best_objective"].to_numpy())
+        assert trace["marker"]["symbol"] == ["circle" if b else "circle-open" for b in expected["status"]]
+    assert "sweeper fit" in spec["layout"]["title"]["subtitle"]["text"]
+
+
+def test_optimal_lr_draws_fit_band_and_extrapolated_targets_with_intervals(finished):
+    spec = figures.optimal_lr(finished)
+    for method, entry in finished.fits["methods"].items():
+        fit = entry["lr_fit"]
+        targets = by_uid(spec, "optimal_lr", method, "targets")
+        assert targets["x"] == [t["x"] for t in fit["targets"]]
+        assert np.allclose(targets["y"], [t["lr"] for t in fit["targets"]])
+        assert np.allclose(np.array(targets["y"]) + targets["error_y"]["array"], [t["hi"] for t in fit["targets"]])
+        assert np.allclose(np.array(targets["y"]) - targets["error_y"]["arrayminus"], [t["lo"] for t in fit["targets"]])
+        assert by_uid(spec, "optimal_lr", method, "band")["fill"] == "toself"
+    assert spec["layout"]["yaxis"]["type"] == "log" and spec["layout"]["xaxis"]["type"] == "log"
+    ticks = spec["layout"]["xaxis"]["tickvals"]
+    assert 64.0 in ticks and 128.0 in ticks  # the targets are labelled on the depth axis
+
+
+def test_optimal_lr_without_fits_plots_each_cells_interpolated_optimum(midway):
+    spec = figures.optimal_lr(midway)
+    for method in midway.methods:
+        trace = by_uid(spec, "optimal_lr", method, "observed")
+        cells = midway.cells.filter((pl.col("method") == method) & pl.col("best_lr").is_finite())
+        expected = sorted(
+            (r["interp_lr"] if r["interp_lr"] is not None else r["best_lr"]) for r in cells.iter_rows(named=True)
+            if r["interp_lr"] is not None or not any(
+                c["interp_lr"] is not None for c in cells.filter(pl.col("size") == r["size"]).iter_rows(named=True))
+        )  # fmt: skip
+        assert sorted(trace["y"]) == pytest.approx(expected)
+
+
+def test_fits_with_missing_fields_do_not_break_the_figures(finished):
+    broken = {"version": 1, "x": "depth", "methods": {
+        "pre": {"loss_fit": {"curve": [[4, 3.9, None, None], [8, "x"], [16, 3.6, 3.5, 3.7]], "alpha": {"value": None}},
+                "lr_fit": {"curve": [], "targets": [{"x": 64}]}},
+        "post": None, "layerrope": {"loss_fit": "nonsense"}}}  # fmt: skip
+    data = SweepData.build("b", finished.points, finished.cells, finished.curves, broken)
+    for build in (figures.scaling, figures.optimal_lr):
+        figures.to_figure(build(data))
+    line = by_uid(figures.scaling(data), "scaling", "pre", "fit")
+    assert line["x"] == [4.0, 16.0]
+
+
+# Learning curves ---------------------------------------------------------------------------------
+
+
+def test_learning_curves_downsample_but_keep_each_curves_extremes(finished):
+    budget = 8
+    spec = figures.learning_curves(finished, max_vertices=budget)
+    good = [t for t in spec["data"] if t["uid"] == figures.uid("learning_curves", "pre", "L8", "good")][0]
+    # curves are separated by one null each
+    runs, current = [], []
+    for x, y in zip(good["x"], good["y"]):
+        if x is None:
+            runs.append(current)
+            current = []
+        else:
+            current.append(y)
+    runs.append(current)
+    assert all(len(r) <= budget for r in runs)
+    curves = finished.curves.filter((pl.col("method") == "pre") & (pl.col("size") == "L8"))
+    states = dict(zip(finished.points["point_id"], finished.points["state"]))
+    ok_ids = [p for p in curves["point_id"].unique() if states[p] not in ("diverged", "failed")]
+    assert len(runs) == len(ok_ids)
+    stored_min = sorted(curves.filter(pl.col("point_id").is_in(ok_ids)).group_by("point_id").agg(pl.col("train_loss").min())["train_loss"])
+    drawn_min = sorted(min(v for v in r if v is not None) for r in runs)
+    assert np.allclose(drawn_min, stored_min, atol=1e-4)
+
+
+def test_learning_curves_draw_diverged_points_dotted_and_group_by_size(finished):
+    spec = figures.learning_curves(finished)
+    bad = [t for t in spec["data"] if t.get("line", {}).get("dash") == "dot"]
+    assert bad and all("diverged/failed" in t["name"] for t in bad)
+    legend = [t["name"] for t in spec["data"] if t.get("showlegend", True)]
+    assert legend == list(finished.sizes)  # one legend entry per size, for every method at once
+    assert spec["layout"]["yaxis"]["range"][1] < 6  # the first steps near ln(vocab) do not squash the plot
+
+
+# Status grid and progress -----------------------------------------------------------------------------
+
+
+def test_status_grid_colours_each_cell_by_status_and_counts_points(midway):
+    spec = figures.status_grid(midway)
+    heat = spec["data"][0]
+    order = list(style.STATUS_COLOURS)
+    status = group_status(midway)
+    counts = midway.points.group_by("method", "size").agg(pl.len(), pl.col("state").is_in(["ok", "diverged", "failed"]).sum().alias("done"))
+    for r in counts.iter_rows(named=True):
+        i = heat["y"].index(r["method"])
+        j = heat["x"].index(r["size"])
+        st = status[(r["method"], r["size"])]
+        assert heat["z"][i][j] == pytest.approx((order.index(st) + 0.5) / len(order))
+        assert heat["text"][i][j] == f"{st}<br>{r['done']}/{r['len']} pts"
+    legend = [t["name"] for t in spec["data"][1:]]
+    assert legend == ["pending", "running", "bracketed", "edge", "diverged"]
+
+
+def test_progress_totals_match_the_store(finished):
+    spec = figures.progress(finished)
+    done = finished.points.filter(pl.col("state").is_in(["ok", "diverged", "failed"]))
+    total = by_uid(spec, "progress", "all methods", 1)
+    assert total["y"][-1] == done.height
+    flop = by_uid(spec, "progress", "all methods", 2)
+    unit = spec["layout"]["yaxis2"]["title"]["text"]
+    factor = {"(PFLOP)": 1e15, "(TFLOP)": 1e12, "(GFLOP)": 1e9, "(EFLOP)": 1e18}.get(unit.split()[-1], 1.0)
+    assert flop["y"][-1] * factor == pytest.approx((done["flops_per_token"] * done["tokens"]).sum())
+    # the throughput curve integrates to the tokens trained
+    tput = by_uid(spec, "progress", "throughput")
+    x = np.array(tput["x"])
+    scale = {"s": 1, "min": 60, "h": 3600, "days": 86400}[spec["layout"]["xaxis3"]["title"]["text"].split("(")[1][:-1]]
+    width = (x[1] - x[0]) * scale
+    assert sum(tput["y"]) * width == pytest.approx(done["tokens"].sum(), rel=1e-3)
+    for method in finished.methods:
+        assert by_uid(spec, "progress", method, 1)["line"]["color"] == finished.colours[method]
+
+
+# Style across figures --------------------------------------------------------------------------------
+
+
+def test_one_colour_per_method_in_every_figure(finished):
+    for name, (_, build) in figures.FIGURES.items():
+        spec = build(finished)
+        for trace in spec["data"]:
+            meta = trace.get("meta")
+            method = meta[0] if isinstance(meta, list) and meta and meta[0] in finished.colours else None
+            colour = (trace.get("line") or {}).get("color")
+            if method and isinstance(colour, str) and colour.startswith("#") and name in ("scaling", "optimal_lr", "progress"):
+                assert colour == finished.colours[method], (name, trace["uid"])
+
+
+def test_names_from_the_yaml_are_escaped_wherever_plotly_renders_html(tmp_path):
+    from dashboards.data import load_sweep
+    from dashboards.synthetic import SyntheticSpec, SyntheticSweep
+
+    sweep = SyntheticSweep(tmp_path / "s", SyntheticSpec(methods=("pre", HOSTILE), depths=(4, 8), lrs_per_cell=4, steps=40))
+    sweep.finish()
+    data = load_sweep(sweep.root)
+    rendered = {"name", "text", "hovertemplate", "meta", "customdata", "ticktext", "tickvals", "x", "y", "hovertext"}
+
+    def strings(node, key=None):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                yield from strings(v, k)
+        elif isinstance(node, list):
+            for v in node:
+                yield from strings(v, key)
+        elif isinstance(node, str) and (key in rendered or key is None):
+            yield node
+
+    for name, (_, build) in figures.FIGURES.items():
+        spec = build(data)
+        texts = list(strings(spec["data"])) + list(strings(spec["layout"]))  # layout: titles, annotations, ticks
+        assert not [t for t in texts if "<img" in t], name
+        assert any("&lt;img src=x onerror=alert(1)&gt;" in t for t in texts), name
+
+
+def test_filters_keep_colours_and_shades_of_the_whole_sweep(finished):
+    narrowed = finished.filtered(Filters(methods=frozenset({"post"}), sizes=frozenset({"L16"}), seeds=frozenset({1})))
+    assert set(narrowed.points["method"]) == {"post"} and set(narrowed.points["seed"]) == {1}
+    assert narrowed.colours == finished.colours and narrowed.sizes == finished.sizes
+    spec = figures.loss_vs_lr(narrowed)
+    line = by_uid(spec, "loss_vs_lr", "method", "post", "L16", "line")
+    assert line["line"]["color"] == finished.size_shade("post", "L16")
+    assert set(narrowed.fits["methods"]) == {"post"}
+
+
+def test_log_ticks_cover_the_range_with_readable_labels():
+    vals, labels = figures.log_ticks(2e-4, 3e-2)
+    assert min(vals) <= 2e-4 and max(vals) >= 3e-2
+    assert "1e-3" in labels and "1e-2" in labels
+    vals, labels = figures.log_ticks(3.2e-3, 4.5e-3)  # a narrow range still gets several ticks inside it
+    assert sum(3.2e-3 <= v <= 4.5e-3 for v in vals) >= 2
+    assert figures.log_ticks(0, 1) == ([], [])
+    vals, _ = figures.log_ticks(2e-3, 2e-3)  # a single value
+    assert sum(1e-3 <= v <= 4e-3 for v in vals) >= 3
+    assert all(math.isfinite(v) for v in vals)
