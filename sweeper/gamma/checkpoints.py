@@ -91,23 +91,24 @@ class _TensorStore:
         path = self.files_by_name[name]
         if path.suffix == ".safetensors":
             if path not in self._safetensors:
-                from safetensors import safe_open
-
-                self._safetensors[path] = safe_open(str(path), framework="pt")
+                self._safetensors[path] = _open_safetensors(path)
             tensor = self._safetensors[path].get_tensor(name)
         else:
             tensor = _torch_state_dict(path, self._torch_cache)[name]
         return tensor.detach().to(torch.float64).cpu().numpy()
 
 
-def _safetensors_names(path: Path) -> list[str]:
+def _open_safetensors(path: Path) -> Any:
     from safetensors import safe_open
 
     try:
-        with safe_open(str(path), framework="pt") as handle:
-            return list(handle.keys())
+        return safe_open(str(path), framework="pt")
     except Exception as exc:  # safetensors raises its own error types for a bad header
         raise UserError(f"{path}: not a readable safetensors file ({exc})") from None
+
+
+def _safetensors_names(path: Path) -> list[str]:
+    return list(_open_safetensors(path).keys())
 
 
 def _torch_state_dict(path: Path, cache: dict[Path, dict[str, Any]]) -> dict[str, Any]:
@@ -131,13 +132,17 @@ def _torch_state_dict(path: Path, cache: dict[Path, dict[str, Any]]) -> dict[str
         ) from None
     except Exception as exc:
         raise UserError(f"{path}: not a readable PyTorch weights file ({exc})") from None
-    # Some trainers wrap the state dict: {"state_dict": {...}}, {"model": {...}}, {"module": {...}}.
-    while isinstance(obj, dict) and len(obj) == 1 and isinstance(next(iter(obj.values())), dict):
-        obj = next(iter(obj.values()))
-    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+    # Trainers often wrap the state dict: {"state_dict": {...}, "epoch": 3}, {"model": {...}}, {"module": {...}}.
+    while isinstance(obj, dict) and not any(isinstance(v, torch.Tensor) for v in obj.values()):
+        inner = next((obj[k] for k in ("state_dict", "model", "module") if isinstance(obj.get(k), dict)), None)
+        if inner is None:
+            break
+        obj = inner
+    tensors = {k: v for k, v in obj.items() if isinstance(v, torch.Tensor)} if isinstance(obj, dict) else {}
+    if not tensors:
         raise UserError(f"{path}: expected a state dict of tensors")
-    cache[path] = obj
-    return obj
+    cache[path] = tensors
+    return tensors
 
 
 def _index_files(index_path: Path) -> dict[str, Path]:

@@ -76,7 +76,8 @@ def _tensor(array: np.ndarray, dtype: str = "float32"):
 def write_llama(folder: Path, attn_in: np.ndarray, mlp_in: np.ndarray, *, dtype: str = "float32",
                 shards: int = 1, model_type: str = "llama", garbage_shard: bool = False) -> Path:
     """A LLaMA-naming safetensors folder (model.layers.N.{input,post_attention}_layernorm.weight)
-    with a few projection tensors around them; `shards` > 1 writes a model.safetensors.index.json.
+    with a few projection tensors around them; `shards` > 1 spreads the layers over `shards` files
+    plus one embeddings-only file, listed in model.safetensors.index.json.
     `garbage_shard` adds a shard that holds only the embeddings and is not a valid file."""
     from safetensors.torch import save_file
 
@@ -95,7 +96,7 @@ def write_llama(folder: Path, attn_in: np.ndarray, mlp_in: np.ndarray, *, dtype:
         return folder
     names = [n for n in tensors if n != "model.embed_tokens.weight"]
     groups = [names[i::shards] for i in range(shards)]
-    total = shards + (1 if garbage_shard else 0)
+    total = shards + 1  # the last shard holds only the embeddings
     weight_map = {}
     for k, group in enumerate(groups):
         file = f"model-{k + 1:05d}-of-{total:05d}.safetensors"

@@ -170,3 +170,24 @@ def test_gain_sizes_must_agree_across_layers(ckpt, tmp_path: Path) -> None:
     ckpt.named(tmp_path / "odd", tensors, {})
     with pytest.raises(UserError, match="gain sizes differ"):
         read_checkpoint(tmp_path / "odd")
+
+
+def test_legacy_and_wrapped_torch_files(planted, tmp_path: Path) -> None:
+    gains = planted.gains("rising", 4, 8)
+    state = {f"model.layers.{i}.{leaf}.weight": torch.tensor(gains[i], dtype=torch.float32)
+             for i in range(4) for leaf in ("input_layernorm", "post_attention_layernorm")}
+    legacy = tmp_path / "legacy.bin"
+    torch.save(state, legacy, _use_new_zipfile_serialization=False)  # cannot be memory-mapped
+    wrapped = tmp_path / "wrapped.pt"
+    torch.save({"state_dict": state, "epoch": 3}, wrapped)
+    for path in (legacy, wrapped):
+        (model,) = read_checkpoint(path)
+        np.testing.assert_allclose(model.sites["mlp_in"].gains, gains, rtol=1e-6)
+
+
+def test_corrupt_shard_holding_norms_is_a_clear_error(ckpt, planted, tmp_path: Path) -> None:
+    gains = planted.gains("rising", 4, 8)
+    folder = ckpt.llama(tmp_path / "m", attn_in=gains, mlp_in=gains, shards=2)
+    (folder / "model-00001-of-00002.safetensors").write_bytes(b"broken")
+    with pytest.raises(UserError, match="not a readable safetensors file"):
+        read_checkpoint(folder)
