@@ -188,6 +188,6 @@ def test_legacy_and_wrapped_torch_files(planted, tmp_path: Path) -> None:
 def test_corrupt_shard_holding_norms_is_a_clear_error(ckpt, planted, tmp_path: Path) -> None:
     gains = planted.gains("rising", 4, 8)
     folder = ckpt.llama(tmp_path / "m", attn_in=gains, mlp_in=gains, shards=2)
-    (folder / "model-00001-of-00002.safetensors").write_bytes(b"broken")
+    (folder / "model-00001-of-00003.safetensors").write_bytes(b"broken")
     with pytest.raises(UserError, match="not a readable safetensors file"):
         read_checkpoint(folder)
