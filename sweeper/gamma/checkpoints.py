@@ -31,7 +31,12 @@ from typing import Any
 import numpy as np
 
 from sweeper.errors import UserError
-from sweeper.gamma.layouts import UnknownLayout, detect_layouts, model_type, sample_names
+from sweeper.gamma.layouts import (
+    UnknownLayout,
+    detect_layouts,
+    model_type,
+    sample_names,
+)
 
 PROJECT_FORMAT = "layerrope-sweeper"
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
@@ -99,11 +104,11 @@ class _TensorStore:
 
 
 def _open_safetensors(path: Path) -> Any:
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
     try:
         return safe_open(str(path), framework="pt")
-    except Exception as exc:  # safetensors raises its own error types for a bad header
+    except (SafetensorError, OSError) as exc:
         raise UserError(f"{path}: not a readable safetensors file ({exc})") from None
 
 
@@ -130,7 +135,7 @@ def _torch_state_dict(path: Path, cache: dict[Path, dict[str, Any]]) -> dict[str
             f"{path}: refused to load: it holds objects other than tensors, and only weights_only "
             f"loading is safe ({str(exc).splitlines()[0]})"
         ) from None
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 -- a damaged file fails in zipfile, pickle or torch itself
         raise UserError(f"{path}: not a readable PyTorch weights file ({exc})") from None
     # Trainers often wrap the state dict: {"state_dict": {...}, "epoch": 3}, {"model": {...}}, {"module": {...}}.
     while isinstance(obj, dict) and not any(isinstance(v, torch.Tensor) for v in obj.values()):

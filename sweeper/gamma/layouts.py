@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 SITES = ("attn_in", "mlp_in", "attn_out", "mlp_out")
 SITE_GROUPS: dict[str, tuple[str, ...]] = {

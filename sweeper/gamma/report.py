@@ -21,8 +21,9 @@ each model and returns a JSON-safe dict (NaN becomes null):
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import asdict
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
