@@ -66,19 +66,19 @@ def test_missing_path_exits_2_and_writes_nothing(two_models, tmp_path: Path) -> 
     assert not out.exists()
 
 
-def test_unknown_layout_exits_2_listing_tensor_names(ckpt, tmp_path: Path) -> None:
+def test_unknown_layout_exits_2_listing_tensor_names(ckpt, tmp_path: Path, capsys) -> None:
     import numpy as np
 
     ckpt.named(tmp_path / "cnn", {"stem.conv.weight": np.ones((4, 4)), "stages.0.bn.weight": np.ones(4)},
                {"model_type": "resnet"})
     out = tmp_path / "never"
-    proc = _sweeper("gamma", str(tmp_path / "cnn"), "--out", str(out))
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert lines[0].startswith("error: ") and "unknown checkpoint layout" in lines[0]
+    assert main(["gamma", str(tmp_path / "cnn"), "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert lines[0].startswith("error: ") and "unknown checkpoint layout (model_type resnet)" in lines[0]
     assert any("stages.0.bn.weight" in line for line in lines)
     assert any("stem.conv.weight" in line for line in lines)
-    assert "Traceback" not in proc.stderr
+    assert captured.out == ""
     assert not out.exists()
 
 
