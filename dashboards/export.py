@@ -112,6 +112,34 @@ def _index_page(name: str, written: dict[str, list[str]]) -> str:
     )
 
 
+def write_static(specs: dict[str, Any], out: Path, formats: list[str], *, scale: float = 2.0) -> list[Path]:
+    """`out/<name>.<format>` for every figure dict and static format, in one kaleido session,
+    with Chromium's random SVG ids and PDF dates replaced by fixed values."""
+    import plotly.io as pio
+
+    figs: list[Any] = []
+    targets: list[Path] = []
+    fmts: list[str] = []
+    heights: list[int] = []
+    for name, spec in specs.items():
+        for fmt in formats:
+            figs.append(figures.to_figure(spec))
+            targets.append(out / f"{name}.{fmt}")
+            fmts.append(fmt)
+            heights.append(int(spec["layout"].get("height") or 500))
+    try:
+        pio.write_images(figs, targets, format=fmts, width=figures.STATIC_WIDTH, height=heights,
+                         scale=[scale if f == "png" else 1 for f in fmts])  # fmt: skip
+    except Exception as exc:  # kaleido's browser failed to start or render
+        raise UserError(f"static export failed ({type(exc).__name__}: {exc}); {INSTALL_CHROME}") from None
+    for path, fmt in zip(targets, fmts):
+        if fmt == "svg":
+            path.write_text(_normalise_svg(path.read_text(encoding="utf-8")), encoding="utf-8")
+        elif fmt == "pdf":
+            path.write_bytes(_normalise_pdf(path.read_bytes()))
+    return targets
+
+
 def write_plots(data: SweepData, out: Path, formats: list[str], *, scale: float = 2.0) -> list[Path]:
     """Every figure of `data` in every format under `out`; returns the files written."""
     static = [f for f in formats if f in STATIC_FORMATS]
@@ -134,26 +162,7 @@ def write_plots(data: SweepData, out: Path, formats: list[str], *, scale: float 
             written.setdefault(name, []).append(path.name)
             paths.append(path)
     if static:
-        figs: list[Any] = []
-        targets: list[Path] = []
-        fmts: list[str] = []
-        heights: list[int] = []
-        for name, spec in specs.items():
-            for fmt in static:
-                figs.append(figures.to_figure(spec))
-                targets.append(out / f"{name}.{fmt}")
-                fmts.append(fmt)
-                heights.append(int(spec["layout"].get("height") or 500))
-        try:
-            pio.write_images(figs, targets, format=fmts, width=figures.STATIC_WIDTH, height=heights,
-                             scale=[scale if f == "png" else 1 for f in fmts])  # fmt: skip
-        except Exception as exc:  # kaleido's browser failed to start or render
-            raise UserError(f"static export failed ({type(exc).__name__}: {exc}); {INSTALL_CHROME}") from None
-        for path, fmt in zip(targets, fmts):
-            if fmt == "svg":
-                path.write_text(_normalise_svg(path.read_text(encoding="utf-8")), encoding="utf-8")
-            elif fmt == "pdf":
-                path.write_bytes(_normalise_pdf(path.read_bytes()))
+        for path in write_static(specs, out, static, scale=scale):
             written.setdefault(path.stem, []).append(path.name)
             paths.append(path)
     index = out / "index.html"

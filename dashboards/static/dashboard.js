@@ -33,6 +33,9 @@
   let inflight = false;
   let again = false;
   let generation = 0; // bumped when the filters change: answers for older filters are dropped
+  // Axis ranges the user zoomed to, per figure. uirevision alone keeps a zoom only while
+  // the server sends the same range; these also win over ranges the server recomputes.
+  const userRanges = {};
 
   const $ = (id) => document.getElementById(id);
 
@@ -154,6 +157,28 @@
     }
   }
 
+  function watchZoom(div, name) {
+    if (div.dataset.watched) return;
+    div.dataset.watched = "1";
+    div.on("plotly_relayout", (event) => {
+      const ranges = userRanges[name] || (userRanges[name] = {});
+      for (const [key, value] of Object.entries(event || {})) {
+        const m = /^([xy]axis\d*)\.(range|autorange)(?:\[(\d)\])?$/.exec(key);
+        if (!m) continue;
+        const axis = m[1];
+        if (m[2] === "autorange") {
+          if (value) delete ranges[axis];
+        } else if (m[3] === undefined) {
+          ranges[axis] = value.slice();
+        } else {
+          const range = ranges[axis] || (div.layout[axis] && div.layout[axis].range ? div.layout[axis].range.slice() : [null, null]);
+          range[Number(m[3])] = value;
+          ranges[axis] = range;
+        }
+      }
+    });
+  }
+
   function draw(name) {
     const fig = state.figs[name];
     const div = $("fig-" + name);
@@ -162,7 +187,11 @@
     const layout = structuredClone(fig.layout);
     delete layout.width; // the page decides the width; the server's height stays
     layout.autosize = true;
+    for (const [axis, range] of Object.entries(userRanges[name] || {})) {
+      layout[axis] = Object.assign({}, layout[axis], { range: range.slice(), autorange: false });
+    }
     return Plotly.react(div, data, layout, PLOT_CONFIG).then(() => {
+      watchZoom(div, name);
       div.dataset.traces = String(data.length);
       div.dataset.points = String(data.reduce((n, t) => n + (Array.isArray(t.x) ? t.x.length : 0) + (Array.isArray(t.z) ? t.z.length : 0), 0));
       div.dataset.rev = String(state.rev);
