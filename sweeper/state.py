@@ -287,6 +287,8 @@ class SweepState:
         """The config of a new trial (a stack of one cell's queued points), None to wait, or FINISHED."""
         if self.stopping:
             return None
+        if len(self.trial_points) >= self.concurrency:
+            return None  # the YAML's concurrency, also when a restored Tune experiment allowed more
         ready = [cid for cid, q in self.queue.items() if q]
         if not ready:
             if self.all_done():

@@ -246,6 +246,17 @@ def test_a_changed_corpus_fails_the_point(tmp_path):
     assert "corpus changed" in recs[0].reason
 
 
+def test_concurrency_is_enforced_by_the_state(tmp_path):
+    state = make_state(tmp_path, stack=1)  # concurrency 2 (make_state)
+    state.load({})
+    assert state.next_stack("t1") and state.next_stack("t2")
+    assert state.next_stack("t3") is None  # two trials live, points still queued
+    pids = state.trial_points["t1"]
+    state.on_trial_start("t1", pids)
+    state.on_trial_end("t1", pids, None, "boom")
+    assert state.next_stack("t3") is not None
+
+
 def test_stack_size_and_training_time_accounting(tmp_path):
     state = make_state(tmp_path, methods=["pre"], stack=2)
     state.load({})
