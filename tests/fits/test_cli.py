@@ -93,3 +93,11 @@ def test_bad_arguments(make_sweep) -> None:
     _exit_2([str(sweep), "--to", "1.3X"], "is not a size", sweep)
     _exit_2([str(sweep), "--resamples", "10"], "use 200 to 100000 resamples", sweep)
     _exit_2([str(sweep), "--x", "width"], "invalid choice", sweep)
+
+
+def test_fits_import_neither_torch_nor_ray() -> None:
+    code = ("import sys, sweeper.fits.collect, sweeper.fits.report, sweeper.fits.shared, sweeper.commands.fit; "
+            "from sweeper.fits import predict_optimal_lr; "
+            "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'ray'}); print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "[]"
