@@ -292,14 +292,23 @@ def launch(plan: Plan, *, address: str | None = None, retry_failed: bool = False
         )
     for key, value in ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)
+    plan.sweep_dir.mkdir(parents=True, exist_ok=True)
+    lock = hold_driver_lock(plan.sweep_dir)
+    try:
+        return _launch_locked(plan, old_manifest, corpus, address=address, retry_failed=retry_failed,
+                              console=console, started=started)
+    finally:
+        lock.close()
 
+
+def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str | None, *, address: str | None,
+                   retry_failed: bool, console: Any, started: float) -> LaunchSummary:
     from sweeper.ledger import Ledger, storage_url
     from sweeper.state import SweepState
     from sweeper.store import load_cells, load_points
 
     sweep_dir = plan.sweep_dir
     url = storage_url(plan.config.ledger, sweep_dir)
-    sweep_dir.mkdir(parents=True, exist_ok=True)
     manifest = manifest_for(plan, old_manifest, url)
     if corpus and not manifest.get("corpus"):
         manifest["corpus"] = corpus
@@ -403,6 +412,27 @@ def launch(plan: Plan, *, address: str | None = None, retry_failed: bool = False
     manifest["launches"][-1].update({k: v for k, v in summary.to_dict().items() if k not in ("messages", "sweep_dir")})
     write_json_atomic(sweep_dir / MANIFEST, manifest)
     return summary
+
+
+def hold_driver_lock(sweep_dir: Path) -> Any:
+    """One driver per sweep directory: an exclusive lock, released by the kernel even on SIGKILL."""
+    import fcntl
+
+    path = sweep_dir / "driver.lock"
+    handle = open(path, "a+")
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise UserError(f"{sweep_dir}: another `sweeper launch` is running this sweep ({holder}); "
+                        "watch it with `sweeper status` or stop it first") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()} on {os.uname().nodename}\n")
+    handle.flush()
+    return handle
 
 
 def _main_thread() -> bool:

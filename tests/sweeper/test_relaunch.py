@@ -98,3 +98,15 @@ def test_yaml_copies_are_kept_per_change(tmp_path):
     src.write_text("a: 3\n")
     assert save_yaml_copy(out, src) == "sweep.3.yaml"
     assert (out / "sweep.yaml").read_text() == "a: 1\n"
+
+
+def test_one_driver_per_sweep_directory(tmp_path):
+    from sweeper.driver import hold_driver_lock
+
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    first = hold_driver_lock(sweep)
+    with pytest.raises(UserError, match=r"another `sweeper launch` is running this sweep \(pid \d+"):
+        hold_driver_lock(sweep)
+    first.close()
+    hold_driver_lock(sweep).close()  # released: the next driver may run
