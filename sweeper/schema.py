@@ -103,6 +103,9 @@ class LRSection(Strict):
     factor: Annotated[float, Field(ge=1.01, le=100, allow_inf_nan=False)] = Field(
         2.0, description="ratio between neighbouring grid points"
     )
+    span: Annotated[float, Field(gt=1, le=1e6, allow_inf_nan=False)] | None = Field(
+        None, description="ratio of the initial grid's highest to lowest LR (sets `points` from `factor`)"
+    )
     grid: list[PositiveFloat] | None = Field(None, description="an explicit initial grid instead of center/points")
     refine: bool = Field(True, description="after bracketing, try the two half-steps around the best point")
     extend_by: Annotated[int, Field(ge=1, le=8)] = Field(1, description="points added per extension step")
@@ -115,11 +118,17 @@ class LRSection(Strict):
         ),
     )
 
+    @property
+    def initial_points(self) -> int:
+        if self.span is None:
+            return self.points
+        return 1 + max(0, round(math.log(self.span) / math.log(self.factor)))
+
     def to_policy(self) -> "LRPolicy":
         from sweeper.bracketing import LRPolicy
 
         return LRPolicy(
-            lo=self.bounds[0], hi=self.bounds[1], center=self.center, points=self.points, factor=self.factor,
+            lo=self.bounds[0], hi=self.bounds[1], center=self.center, points=self.initial_points, factor=self.factor,
             grid=tuple(self.grid) if self.grid is not None else None, refine=self.refine,
             extend_by=self.extend_by, max_points=self.max_points,
         )
@@ -159,7 +168,7 @@ class LRSection(Strict):
 
     @model_validator(mode="after")
     def _cap(self) -> "LRSection":
-        initial = len(self.grid) if self.grid is not None else self.points
+        initial = len(self.grid) if self.grid is not None else self.initial_points
         if initial > self.max_points:
             raise PydanticCustomError("cap", f"the initial grid has {initial} points but max_points is {self.max_points}")
         return self

@@ -66,10 +66,12 @@ def print_summary(summary: Any, console: Any) -> None:
     verb = "stopped" if summary.interrupted else "finished"
     console.print(f"[bold]Sweep {verb}[/]: {counts_line(summary.counts)} ({done} cells) in {summary.sweep_dir}")
     ratio = f"{summary.wall_seconds / summary.train_seconds:.2f}" if summary.train_seconds else "—"
+    share = f"{100 * summary.train_seconds / summary.wall_seconds:.0f}%" if summary.wall_seconds else "—"
     console.print(
         f"wall {summary.wall_seconds:.1f} s (Ray start {summary.ray_start_seconds:.1f} s); "
-        f"training {summary.train_seconds:.1f} s summed over {summary.trials} trials on {summary.slots} slots: "
-        f"{100 * summary.utilisation:.0f}% of the slot-time spent training (wall / summed training = {ratio})",
+        f"training {summary.train_seconds:.1f} s summed over {summary.trials} trials: share spent training "
+        f"(summed training / wall) {share} on {summary.slots} trial slots = {100 * summary.utilisation:.0f}% of the "
+        f"slot-time (wall / summed training = {ratio})",
         highlight=False,
     )
     resumed = summary.resumed
