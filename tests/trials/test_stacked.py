@@ -30,7 +30,7 @@ def tiny(scheme: str = "layerrope", **kw: object) -> ModelConfig:
 )
 def test_stacked_adamw_matches_separate_torch_adamw(cfg: ModelConfig) -> None:
     torch.manual_seed(0)
-    lrs = [1e-3, 1e-2, 5e-2]
+    lrs = [1e-3, 5e-3, 2e-2]
     betas, eps, wd, clip = (0.9, 0.95), 1e-8, 0.1, 0.5  # clip low enough to be active
     factors = [0.25, 0.5, 0.75, 1.0, 0.8, 0.6]  # a schedule, applied the same way to both
     batches = [torch.randint(0, cfg.vocab, (4, cfg.seq_len + 1)) for _ in factors]
@@ -72,7 +72,7 @@ def test_stacked_adamw_matches_separate_torch_adamw(cfg: ModelConfig) -> None:
             after = single.member_losses(check[:, :-1], check[:, 1:])[0]
         assert abs(after.item() - stacked_after[k].item()) < 1e-5
         # Weights agree to float rounding; Adam's m / sqrt(v) magnifies rounding in near-zero
-        # gradient entries, in proportion to the LR (here up to 0.1 with CompleteP's multiplier).
+        # gradient entries, in proportion to the LR (here up to 0.04 with CompleteP's multiplier).
         mine = stacked.member_state_dict(k)
         for name, value in single.member_state_dict(0).items():
             torch.testing.assert_close(mine[name], value, atol=5e-5, rtol=1e-4, msg=lambda m: f"member {k} {name}: {m}")
