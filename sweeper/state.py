@@ -363,7 +363,8 @@ class SweepState:
             rec = mine.get(member.get("point_id"))
             if rec is None:
                 continue
-            if rec.state == "queued":
+            became_running = rec.state == "queued"
+            if became_running:
                 rec.state, rec.started_at = "running", rec.started_at or now
                 self.ledger.update(rec.ledger_trial, state="running")  # type: ignore[arg-type]
             rec.steps, rec.tokens, rec.train_seconds = step, tokens, seconds
@@ -384,8 +385,8 @@ class SweepState:
                 outcome = "ok" if state == "ok" else "failed"
                 self._finish(rec, outcome, member, finals.get(rec.point_id), now)
                 touched.add(rec.cell_id)
-            elif eval_loss is not None or member.get("state") == "running" and rec.steps == step and step <= 0:
-                self._row(rec, now)
+            elif became_running or eval_loss is not None:
+                self._row(rec, now)  # progress rows: when it starts and at every evaluation
         for cid in touched:
             self.refresh(cid)
         self.flush()
