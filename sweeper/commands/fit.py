@@ -114,6 +114,16 @@ def _iv(est: dict[str, Any] | None, spec: str = ".4g") -> str:
     return text
 
 
+def _exponent_cell(ce: dict[str, Any] | None) -> Any:
+    from rich.text import Text
+
+    if not ce:
+        return "—"
+    if ce.get("trustworthy"):
+        return _iv(ce, ".3g")
+    return Text(_iv(ce, ".3g") + " (not trustworthy)", style="dim")
+
+
 def _trust(section: dict[str, Any] | None) -> Any:
     from rich.text import Text
 
@@ -195,7 +205,7 @@ def render(doc: dict[str, Any], written: Path | None) -> None:
             ce = doc["methods"][r["method"]]["compute_exponent"]
             rank.add_row(str(r["rank"]), r["method"], f"{r['loss_at_largest']:.4f}",
                          format_size(r["x_at_largest"]) + ("" if r["comparable"] else " (own largest)"),
-                         _iv(ce, ".3g") if ce else "—", "yes" if r["lowest_at_every_common_size"] else "")
+                         _exponent_cell(ce), "yes" if r["lowest_at_every_common_size"] else "")
         console.print(rank)
 
     sens = Table(title="LR sensitivity (Wortsman: mean capped loss over swept LRs − best) and near-optimal LRs (≤0.25%)",

@@ -424,6 +424,7 @@ def _ranking(methods: dict[str, Any], series: dict[str, list[SizeResult]], opts:
             "compute_exponent": None if ce is None else ce["value"],
             "compute_exponent_lo": None if ce is None else ce["lo"],
             "compute_exponent_hi": None if ce is None else ce["hi"],
+            "compute_exponent_trustworthy": None if ce is None else ce["trustworthy"],
             "lowest_at_every_common_size": lowest_everywhere,
             "n_sizes": len(xs),
         })
