@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import time
@@ -41,14 +42,23 @@ def current_rss_mib() -> float:
         return int(handle.read().split()[1]) * resource.getpagesize() / 2**20
 
 
-def timed(fn: Callable[[], object], repeats: int, warmup: int = 1) -> list[float]:
+def machine() -> dict:
+    """Context for reading the figures: threads and the 1-minute load average (other processes)."""
+    return {"threads": torch.get_num_threads(), "cpus": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2)}
+
+
+def timed(fn: Callable[[], object], repeats: int, warmup: int = 1, cpu: list[float] | None = None) -> list[float]:
+    """Wall seconds per call; with `cpu`, also appends this process's CPU seconds per call (all threads),
+    which a busy machine inflates much less than wall time."""
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         fn()
         times.append(time.perf_counter() - start)
+        if cpu is not None:
+            cpu.append(time.process_time() - cpu_start)
     return times
 
 
@@ -70,16 +80,19 @@ def bench_deep(args: argparse.Namespace) -> dict:
         model.zero_grad(set_to_none=True)
         loss = model.member_losses(idx[:, :-1], idx[:, 1:]).sum()
         loss.backward()
-        return float(loss)
+        return float(loss.detach())
 
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     loss = step()
-    first_s = time.perf_counter() - start
+    first_s, first_cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
+    cpu_start = time.process_time()
     again = timed(step, args.repeats, warmup=0)
+    cpu_per_step = (time.process_time() - cpu_start) / max(1, args.repeats)
     return {
         "bench": "deep", "scheme": args.scheme, "depth": args.depth, "tokens": args.batch * args.seq,
-        "params": count_params(cfg)["total"], "threads": torch.get_num_threads(), "build_s": round(build_s, 3),
-        "first_fwd_bwd_s": round(first_s, 3), "fwd_bwd_s_median": round(statistics.median(again), 3),
+        "params": count_params(cfg)["total"], **machine(), "build_s": round(build_s, 3),
+        "first_fwd_bwd_s": round(first_s, 3), "first_fwd_bwd_cpu_s": round(first_cpu_s, 3),
+        "fwd_bwd_s_median": round(statistics.median(again), 3), "fwd_bwd_cpu_s_mean": round(cpu_per_step, 3),
         "loss": round(loss, 4), "peak_rss_mib": round(peak_rss_mib(), 1),
         "peak_rss_above_torch_import_mib": round(peak_rss_mib() - rss_after_import, 1),
     }
@@ -102,15 +115,16 @@ def bench_step(args: argparse.Namespace) -> dict:
     gen = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, cfg.vocab, (args.batch, cfg.seq_len + 1), generator=gen)
     step = train_step_fn(model, lambda: model.member_losses(tokens[:, :-1], tokens[:, 1:]).sum())
-    times = timed(step, args.repeats, warmup=2)
+    cpu: list[float] = []
+    times = timed(step, args.repeats, warmup=2, cpu=cpu)
     peak = matmul_peak_gflops()
     per_step = statistics.median(times)
     tokens_per_step = args.batch * cfg.seq_len * args.stack  # member-tokens
     six_n = 6 * count_params(cfg)["matmul"]
     return {
         "bench": "step", "scheme": args.scheme, "depth": args.depth, "vocab": args.vocab, "stack": args.stack,
-        "threads": torch.get_num_threads(), "step_s_median": round(per_step, 4), "step_s_min": round(min(times), 4),
-        "tokens_per_s": round(tokens_per_step / per_step), "matmul_peak_gflops": round(peak, 1),
+        **machine(), "step_s_median": round(per_step, 4), "step_s_min": round(min(times), 4),
+        "step_cpu_s_median": round(statistics.median(cpu), 4), "tokens_per_s": round(tokens_per_step / per_step), "matmul_peak_gflops": round(peak, 1),
         "achieved_6N_gflops": round(six_n * tokens_per_step / per_step / 1e9, 1),
         "fraction_of_peak_6N": round(six_n * tokens_per_step / per_step / 1e9 / peak, 3),
         "flops_per_token_incl_attention": flops_per_token(cfg),
@@ -169,17 +183,23 @@ def bench_plain(args: argparse.Namespace) -> dict:
         for step in single_steps:
             step()
 
-    results = {}
+    wall: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}
     # Interleave the candidates so that load from other processes affects them alike.
+    candidates = (("plain_k1", plain_step), ("stacked_k1", one_step), ("stacked_k4", four_step), ("separate_4x_k1", four_separate))
     for _ in range(args.rounds):
-        for name, fn in (("plain_k1", plain_step), ("stacked_k1", one_step), ("stacked_k4", four_step), ("separate_4x_k1", four_separate)):
-            results.setdefault(name, []).extend(timed(fn, args.repeats, warmup=1))
-    med = {name: statistics.median(times) for name, times in results.items()}
+        for name, fn in candidates:
+            wall.setdefault(name, []).extend(timed(fn, args.repeats, warmup=1, cpu=cpu.setdefault(name, [])))
+    med = {name: statistics.median(times) for name, times in wall.items()}
+    med_cpu = {name: statistics.median(times) for name, times in cpu.items()}
     return {
-        "bench": "plain", "depth": args.depth, "vocab": args.vocab, "threads": torch.get_num_threads(),
+        "bench": "plain", "depth": args.depth, "vocab": args.vocab, **machine(),
         **{f"{name}_step_s": round(value, 4) for name, value in med.items()},
+        **{f"{name}_step_cpu_s": round(value, 4) for name, value in med_cpu.items()},
         "stacked_k1_over_plain": round(med["stacked_k1"] / med["plain_k1"], 3),
         "stacked_k4_over_4x_separate": round(med["stacked_k4"] / med["separate_4x_k1"], 3),
+        "cpu_stacked_k1_over_plain": round(med_cpu["stacked_k1"] / med_cpu["plain_k1"], 3),
+        "cpu_stacked_k4_over_4x_separate": round(med_cpu["stacked_k4"] / med_cpu["separate_4x_k1"], 3),
     }
 
 
