@@ -87,7 +87,6 @@ def project_out(
     return (residual if skip == 1.0 else residual * skip) + out
 
 
-
 class Attention(nn.Module):
     """Multi-head attention with RoPE: fused `qkv` `[K, d, 3d]` (columns q | k | v, heads contiguous
     within each), output projection `o` `[K, d, d]`. No biases."""
@@ -105,9 +104,8 @@ class Attention(nn.Module):
         """`x` `[K, B*seq_len, d]` -> `[K, B*seq_len, d]`; RoPE on q and k when `rope` is given.
         With `residual`: `skip * residual + scale * attention(x)` (see `project_out`)."""
         k_models, n_tokens, _ = x.shape
-        seq = seq_len
-        batch = k_models * (n_tokens // seq)
-        qkv = torch.bmm(x, self.qkv).view(batch, seq, 3, self.n_heads, self.head_dim)
+        batch = k_models * (n_tokens // seq_len)
+        qkv = torch.bmm(x, self.qkv).view(batch, seq_len, 3, self.n_heads, self.head_dim)
         if rope is not None:
             qkv = apply_rotary(qkv, rope)
         q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))  # [K*B, H, T, hd] each
@@ -143,7 +141,7 @@ class ResidualStep:
     buffers are its attributes `c_<name>`).
     """
 
-    __slots__ = ("_fn", "_prefix", "_gains", "_external", "_consts", "_eps")
+    __slots__ = ("_consts", "_eps", "_external", "_fn", "_gains", "_prefix")
 
     def __init__(
         self,

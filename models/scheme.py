@@ -143,7 +143,7 @@ def option_float(scheme: Scheme, key: str, *, positive: bool = False) -> float:
     """Read a numeric scheme option with a clear error."""
     value = scheme.options[key]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"scheme_options.{key} for '{scheme.name}' must be a number, got {value!r}")
+        raise ValueError(f"scheme_options.{key} for '{scheme.name}' must be a number, got {value!r}")  # noqa: TRY004
     if positive and not value > 0:
         raise ValueError(f"scheme_options.{key} for '{scheme.name}' must be > 0, got {value!r}")
     return float(value)
@@ -152,5 +152,5 @@ def option_float(scheme: Scheme, key: str, *, positive: bool = False) -> float:
 def option_bool(scheme: Scheme, key: str) -> bool:
     value = scheme.options[key]
     if not isinstance(value, bool):
-        raise ValueError(f"scheme_options.{key} for '{scheme.name}' must be true or false, got {value!r}")
+        raise ValueError(f"scheme_options.{key} for '{scheme.name}' must be true or false, got {value!r}")  # noqa: TRY004
     return value

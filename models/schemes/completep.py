@@ -9,7 +9,8 @@ rung of the study's depth ladder, so that CompleteP equals Pre-Norm there).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from models.registry import register_scheme
 from models.scheme import ParamKind, Scheme, StepOps, option_float
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 class CompleteP(Scheme):
     """CompleteP: Pre-Norm, branches times (L/L0)^-alpha, hidden LR x(L/L0)^(alpha-1), eps x(L/L0)^-alpha."""
 
-    defaults = {"alpha": 1.0, "base_depth": 48}
+    defaults: ClassVar[Mapping[str, Any]] = {"alpha": 1.0, "base_depth": 48}
 
     def __init__(self, depth: int, options=None) -> None:
         super().__init__(depth, options)

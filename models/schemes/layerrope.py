@@ -11,7 +11,8 @@ Options: `base` (RoPE base of the gain spectrum, 100), `beta_init` (initial log-
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from models.registry import register_scheme
 from models.scheme import Scheme, StepOps, option_float
@@ -29,7 +30,7 @@ SCALARS_PER_SITE = 4  # a_mag, b_mag, a_rot, b_rot
 class LayerRoPEScheme(Scheme):
     """LayerRoPE: h = h + w[l]*B(norm(h)*r[l]), gains from four LayerRoPE sites."""
 
-    defaults = {"base": 100.0, "beta_init": -0.5, "mag_slope_init": None}
+    defaults: ClassVar[Mapping[str, Any]] = {"base": 100.0, "beta_init": -0.5, "mag_slope_init": None}
     external_sites = SITES
 
     def __init__(self, depth: int, options=None) -> None:

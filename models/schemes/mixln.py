@@ -7,7 +7,8 @@ gives one Post-Norm block and L = 10 gives three. The Pre-Norm part needs the fi
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from models.registry import register_scheme
 from models.scheme import Scheme, StepFn, StepOps, option_float
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 class MixLN(Scheme):
     """Mix-LN: Post-Norm in the first round(0.25 L) blocks, Pre-Norm after."""
 
-    defaults = {"post_fraction": 0.25}
+    defaults: ClassVar[Mapping[str, Any]] = {"post_fraction": 0.25}
 
     def __init__(self, depth: int, options=None) -> None:
         super().__init__(depth, options)

@@ -7,7 +7,8 @@ normalised too (`embed_norm`, default true); the final norm before the head is k
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from models.registry import register_scheme
 from models.scheme import Scheme, StepOps, option_bool
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 class PeriNorm(Scheme):
     """Peri-LN: h = h + N_out(B(N_in(h))), embedding norm (default on), final norm."""
 
-    defaults = {"embed_norm": True}
+    defaults: ClassVar[Mapping[str, Any]] = {"embed_norm": True}
 
     @property
     def embed_norm(self) -> bool:

@@ -1,14 +1,15 @@
 """Post-Norm (original Transformer): `h = N(h + A(h))`; `h = N(h + F(h))`.
 
 Final norm: none by default (`final_norm: false`). The last block already ends with a norm, so an
-extra one would only re-normalise an RMS-normalised vector (a second gain in series); the original
-Transformer and the post-norm configurations of DeepNet's reference code put nothing between the
-last block and the head. `scheme_options: {final_norm: true}` adds one for comparison.
+extra one would only re-normalise an RMS-normalised vector (a second gain in series). The original
+Transformer has none, and fairseq / torchscale (DeepNet's reference code) add a final norm only in
+their pre-norm configurations. `scheme_options: {final_norm: true}` adds one for comparison.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from models.registry import register_scheme
 from models.scheme import Scheme, StepOps, option_bool
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 class PostNorm(Scheme):
     """Post-Norm: h = N(h + B(h)); no final norm unless final_norm: true."""
 
-    defaults = {"final_norm": False}
+    defaults: ClassVar[Mapping[str, Any]] = {"final_norm": False}
 
     @property
     def final_norm(self) -> bool:

@@ -90,7 +90,8 @@ def ref_forward(sd: dict[str, Tensor], cfg: ModelConfig, step: RefStep, idx: Ten
         layer = i + 1
         prefix = f"blocks.{i}."
 
-        def gains(sub: str) -> dict[str, Tensor]:
+        # The helpers below are called within this iteration only (bound through defaults for clarity).
+        def gains(sub: str, prefix: str = prefix, i: int = i) -> dict[str, Tensor]:
             found = {}
             for where in ("in", "out"):
                 key = f"{prefix}gains.{sub}_{where}"
@@ -100,10 +101,10 @@ def ref_forward(sd: dict[str, Tensor], cfg: ModelConfig, step: RefStep, idx: Ten
                     found[where] = external[f"{sub}_{where}"][i]
             return found
 
-        def attn(x: Tensor) -> Tensor:
+        def attn(x: Tensor, prefix: str = prefix) -> Tensor:
             return ref_attention(x, sd[prefix + "attn.qkv"], sd[prefix + "attn.o"], cfg.n_heads, cfg.rope_base)
 
-        def mlp(x: Tensor) -> Tensor:
+        def mlp(x: Tensor, prefix: str = prefix) -> Tensor:
             return ref_mlp(x, sd[prefix + "mlp.gate_up"], sd[prefix + "mlp.down"])
 
         def norm(x: Tensor) -> Tensor:
@@ -137,7 +138,7 @@ def reference_layerrope() -> Callable[..., Tensor]:
 
 
 def tiny_config(scheme: str = "pre", **overrides) -> ModelConfig:
-    base = dict(width=16, n_heads=2, depth=4, vocab=37, seq_len=8, scheme=scheme)
+    base = {"width": 16, "n_heads": 2, "depth": 4, "vocab": 37, "seq_len": 8, "scheme": scheme}
     base.update(overrides)
     return ModelConfig(**base)
 
