@@ -192,9 +192,15 @@ def _file_names(path: Path, cache: dict[Path, dict[str, Any]]) -> dict[str, Path
     raise UserError(f"{path}: not a weights file (expected {', '.join(WEIGHT_SUFFIXES)})")
 
 
+_GENERIC_FOLDERS = frozenset({"model", "models", "final", "checkpoint", "weights", "0"})
+
+
 def _display_name(path: Path) -> str:
-    parts = path.resolve().parts
-    return "/".join(parts[-2:]) if len(parts) >= 2 and parts[-1] in {"model", "0", "final"} else parts[-1]
+    """The folder's name (with its parent's when generic, e.g. `pkg/model`); a file adds its own name."""
+    path = path.resolve()
+    folder = path if path.is_dir() else path.parent
+    name = f"{folder.parent.name}/{folder.name}" if folder.name in _GENERIC_FOLDERS else folder.name
+    return name if path.is_dir() else f"{name}/{path.name}"
 
 
 def read_hf(path: Path) -> list[ModelGains]:
@@ -210,10 +216,10 @@ def read_hf(path: Path) -> list[ModelGains]:
     else:
         files = _file_names(path, torch_cache)
     store = _TensorStore(files, torch_cache)
+    mtype = model_type(config)
     try:
         stacks = detect_layouts(store.names, config)
     except UnknownLayout as exc:
-        mtype = model_type(config)
         raise UserError(
             f"{path}: unknown checkpoint layout{f' (model_type {mtype})' if mtype else ''}: no per-layer "
             f"norm gains under a known naming among its {len(exc.names)} tensors, which include:",
@@ -222,7 +228,6 @@ def read_hf(path: Path) -> list[ModelGains]:
         ) from None
     base_name = _display_name(path)
     source = "safetensors" if store.kinds == {"safetensors"} else "torch"
-    mtype = model_type(config)
     extra_notes: tuple[str, ...] = () if has_config else (
         "no config.json beside the weights: family conventions such as Gemma's (1 + w) gains were not applied",
     )
