@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeper.errors import UserError
-from sweeper.gamma.layouts import RULES
+from sweeper.gamma.layouts import RULES, SITE_GROUPS
 
 DESCRIPTION = """\
 Measure how the per-layer norm gains γ of trained models change with depth.
@@ -46,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", help="checkpoint folder or weights file")
     parser.add_argument(
-        "--site", choices=("mlp", "attn", "all"), default="mlp",
+        "--site", choices=tuple(SITE_GROUPS), default="mlp",
         help="which sites: the MLP block's norms (default), the attention block's, or all",
     )
     parser.add_argument(
