@@ -68,8 +68,10 @@ def depth_trend(depth: np.ndarray, values: np.ndarray) -> Trend:
     depth = np.asarray(depth, dtype=np.float64)
     values = np.asarray(values, dtype=np.float64)
     nan = float("nan")
-    if len(depth) < 3 or np.ptp(values) == 0.0:
-        return Trend(nan, nan, 0.0 if len(depth) >= 2 else nan, nan, nan)
+    if len(depth) < 3:
+        return Trend(nan, nan, nan, nan, nan)
+    if np.ptp(values) == 0.0:  # flat: no rank correlation, zero slope
+        return Trend(nan, nan, 0.0, 0.0, nan)
     rho, p = sps.spearmanr(depth, values)
     fit = sps.linregress(np.log(depth), values)
     return Trend(float(rho), float(p), float(fit.slope), float(fit.stderr), float(fit.pvalue))
