@@ -81,3 +81,18 @@ def test_named_config_overrides_and_errors():
     with pytest.raises(ValueError, match="unknown model size 'huge'.*w128-L48"):
         named_config("huge")
     assert list(named_configs())[:8] == [f"w128-L{d}" for d in (48, 64, 96, 128, 192, 256, 384, 512)]
+
+
+def test_counts_names_and_registry_do_not_import_torch():
+    """`sweeper validate` / `sweeper models` rely on these answering without torch."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from models import ModelConfig, count_params, flops_per_token, named_config\n"
+        "from models.registry import scheme_names, make_scheme\n"
+        "for s in scheme_names(): count_params(named_config('w128-L48', scheme=s)); make_scheme(s, 4)\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
