@@ -69,3 +69,23 @@ def test_tiny_trial_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0, err
     assert "pre L1 d32" in out and "synthetic:" in out
     assert "final eval loss" in out and " ok " in out and "tokens/s" in out
+
+
+def test_ctrl_c_stops_after_the_step_with_a_checkpoint(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    argv = [sys.executable, "-m", "sweeper.cli", "trial", *BASE, "--lr", "3e-3", "--steps", "100000", "--data", "synthetic",
+            "--threads", "1", "--checkpoint-dir", str(tmp_path), "--json"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 90
+    while time.time() < deadline and not any(tmp_path.glob("step-*")):  # first checkpoint at step 200
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    doc = json.loads(out)
+    assert doc["stopped"] and doc["results"][0]["outcome"] == "failed"
+    stopped_at = doc["results"][0]["steps"]
+    assert doc["results"][0]["reason"] == f"stopped at step {stopped_at} of 100000"
+    assert sorted(p.name for p in tmp_path.glob("step-*")) == [f"step-{stopped_at:09d}"]
