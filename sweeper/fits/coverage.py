@@ -55,6 +55,26 @@ def lr_coverage(points: int, draws: int, resamples: int, seed: int = 7) -> dict:
     return {"exponent": hits[0] / draws, f"lr@{far:g}": hits[1] / draws}
 
 
+SHARED_TRUTH = {"E": 3.0, "methods": {"a": (6.0, 0.5), "b": (9.0, 0.7), "c": (4.0, 0.4)}}
+
+
+def shared_coverage(points: int, draws: int, resamples: int, noise: float, seed: int = 99) -> dict:
+    """Coverage of the shared-E fit: the common E and each method's α."""
+    from sweeper.fits.shared import fit_shared_e
+
+    x = DEPTHS[np.linspace(0, DEPTHS.size - 1, points).astype(int)]
+    rng = np.random.default_rng(seed)
+    hits = {"E": 0, **{f"alpha_{m}": 0 for m in SHARED_TRUTH["methods"]}}
+    for d in range(draws):
+        data = {m: (x, SHARED_TRUTH["E"] + a * x ** (-al) + rng.normal(0, noise, x.size))
+                for m, (a, al) in SHARED_TRUTH["methods"].items()}
+        fit = fit_shared_e(data, resamples=resamples, seed=d)
+        hits["E"] += fit.E.contains(SHARED_TRUTH["E"])
+        for m, (_, al) in SHARED_TRUTH["methods"].items():
+            hits[f"alpha_{m}"] += fit.fits[m].alpha.contains(al)
+    return {k: v / draws for k, v in hits.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sweeper.fits.coverage", description=__doc__.splitlines()[0])
     parser.add_argument("--draws", type=int, default=400)
@@ -62,7 +82,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--noise", type=float, default=0.01, help="standard deviation of the loss noise")
     parser.add_argument("--points", type=int, nargs="+", default=[4, 5, 6, 8])
     parser.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=list(SCHEMES))
+    parser.add_argument("--shared-e", action="store_true", help="measure the shared-E fit (3 methods) instead")
     args = parser.parse_args(argv)
+    if args.shared_e:
+        for points in args.points:
+            started = time.perf_counter()
+            cov = shared_coverage(points, args.draws, args.resamples, args.noise)
+            print(f"shared E, 3 methods, {points} sizes: " + "  ".join(f"{k} {v:.3f}" for k, v in cov.items())
+                  + f"  ({time.perf_counter() - started:.1f} s)")
+        return 0
     print(f"truth: L = {TRUTH['E']} + {TRUTH['A']}·x^-{TRUTH['alpha']}, noise sd {args.noise}; "
           f"{args.draws} draws, {args.resamples} resamples; depths from {DEPTHS.tolist()}")
     for scheme in args.schemes:
