@@ -128,7 +128,7 @@ class StackedAdamW:
             if not params:
                 continue
             names = [n for n, p in zip(group.names, group.params) if p.grad is not None]
-            grads = [p.grad for p in params]
+            grads = [p.grad for p in params if p.grad is not None]
             m = [self.exp_avg[n] for n in names]
             v = [self.exp_avg_sq[n] for n in names]
             group_lr = lr * group.lr_mult

@@ -343,7 +343,7 @@ class Trial:
             extra["rng/cuda"] = torch.cuda.get_rng_state(self.device)
         for m, weights in self.frozen.items():
             extra.update({f"frozen/{m}/{n}": t for n, t in weights.items()})
-        np_state = np.random.get_state()
+        np_state: tuple[Any, ...] = np.random.get_state(legacy=True)  # type: ignore[assignment]
         state = {
             "resume_key": self.spec.resume_key(),
             "step": self.step,

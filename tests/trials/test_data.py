@@ -161,6 +161,10 @@ def test_missing_paths_name_the_field(tmp_path: Path) -> None:
         open_source(DataConfig(source="jsonl", path=str(tmp_path / "empty")))
     with pytest.raises(TrialInputError, match=r"^data.path: required"):
         open_source(DataConfig(source="tokens"))
+    (tmp_path / "one.txt").write_text("a single document cannot be split by document")
+    with pytest.raises(TrialInputError, match=r"no (validation|training) tokens \(1 documents; give data.val_path"):
+        open_source(DataConfig(source="text", path=str(tmp_path / "one.txt")))
+    assert not any(p.name.endswith(".tmp") for p in Path(os.environ["LAYERROPE_SWEEPER_CACHE"]).rglob("*"))
 
 
 def test_pretokenized_binaries(tmp_path: Path) -> None:
@@ -279,14 +283,14 @@ def test_hf_offline_and_missing_extra_give_clear_errors() -> None:
                 print("ERR", exc.message)
     """
     offline = _run_isolated(code, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    lines = [l for l in offline.stdout.splitlines() if l.startswith("ERR")]
+    lines = [line for line in offline.stdout.splitlines() if line.startswith("ERR")]
     assert len(lines) == 2, offline.stdout + offline.stderr
     assert "data.dataset: cannot open 'allenai/c4' (en) from the Hugging Face hub (offline?)" in lines[0]
     assert "save_to_disk" in lines[0]
     assert "data.tokenizer: could not load 'google-t5/t5-small' from the Hugging Face hub" in lines[1]
     # Without the optional extra installed: the same call names the extra to install.
     missing = _run_isolated("import sys; sys.modules['datasets'] = None; sys.modules['tokenizers'] = None\n" + textwrap.dedent(code))
-    lines = [l for l in missing.stdout.splitlines() if l.startswith("ERR")]
+    lines = [line for line in missing.stdout.splitlines() if line.startswith("ERR")]
     assert len(lines) == 2, missing.stdout + missing.stderr
-    assert all("pip install 'layerrope-sweeper[hf]'" in l for l in lines)
+    assert all("pip install 'layerrope-sweeper[hf]'" in line for line in lines)
     assert lines[0].startswith("ERR data.source 'hf' needs the `datasets` library")

@@ -75,7 +75,8 @@ def test_stacked_adamw_matches_separate_torch_adamw(cfg: ModelConfig) -> None:
         # gradient entries, in proportion to the LR (here up to 0.04 with CompleteP's multiplier).
         mine = stacked.member_state_dict(k)
         for name, value in single.member_state_dict(0).items():
-            torch.testing.assert_close(mine[name], value, atol=5e-5, rtol=1e-4, msg=lambda m: f"member {k} {name}: {m}")
+            where = f"member {k} {name}"
+            torch.testing.assert_close(mine[name], value, atol=5e-5, rtol=1e-4, msg=lambda m, where=where: f"{where}: {m}")
 
 
 def spec(lrs: list[float], **train: object) -> TrialSpec:

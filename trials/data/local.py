@@ -111,6 +111,10 @@ class _TokenWriter:
         self.fh.write(np.ascontiguousarray(tokens, dtype=self.dtype).tobytes())
         self.count += len(tokens)
 
+    def discard(self) -> None:
+        self.fh.close()
+        self.tmp.unlink(missing_ok=True)
+
     def commit(self) -> None:
         self.fh.flush()
         os.fsync(self.fh.fileno())
@@ -180,17 +184,19 @@ def _tokenize(cfg: DataConfig, tokenizer: Tokenizer, train_files: list[Path], va
                         flush(split)
     for split in pending:
         flush(split)
-    for w in writers.values():
-        w.commit()
     for split, w in writers.items():
         if w.count == 0:
+            for other in writers.values():
+                other.discard()
             raise TrialInputError(
                 f"data.path {cfg.path}: no {'validation' if split == 'val' else 'training'} tokens "
                 f"({docs} documents; give data.val_path or change data.val_fraction)"
             )
+    for w in writers.values():
+        w.commit()
     split_name = "valfile" if val_files else f"val{cfg.val_fraction:g}"
     meta = {
-        "fingerprint": f"{cfg.source}:{Path(cfg.path).name}:sha256-{content.hexdigest()[:16]}:{tokenizer.fingerprint}"
+        "fingerprint": f"{cfg.source}:{Path(cfg.path or '').name}:sha256-{content.hexdigest()[:16]}:{tokenizer.fingerprint}"
         f":{cfg.text_column if cfg.source != 'text' else 'file'}:{split_name}",
         "dtype": tokenizer.dtype.name,
         "documents": docs,
