@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 import numpy as np
@@ -106,8 +106,6 @@ def analyze_model(model: ModelGains, sites: Iterable[str]) -> dict[str, Any]:
 
 def unique_names(models: list[ModelGains]) -> list[ModelGains]:
     """Models with distinct display names (a repeated name gets ` (2)`, ` (3)`, …)."""
-    from dataclasses import replace
-
     seen: dict[str, int] = {}
     out = []
     for m in models:
