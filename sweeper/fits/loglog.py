@@ -48,12 +48,13 @@ class PowerLawFit:
         if self.status == "insufficient":
             return np.full(xs.shape, np.nan), None, None
         u = np.log(xs / self.x_ref)
-        pred = np.exp(self._intercept + self._slope * u)
-        if self._draws is None:
-            return pred, None, None
-        b0, b1 = self._draws
-        lo, hi = percentile_interval(b0[:, None] + b1[:, None] * u[None, :], axis=0)
-        return pred, np.exp(lo), np.exp(hi)
+        with np.errstate(over="ignore"):
+            pred = np.exp(self._intercept + self._slope * u)
+            if self._draws is None:
+                return pred, None, None
+            b0, b1 = self._draws
+            lo, hi = percentile_interval(b0[:, None] + b1[:, None] * u[None, :], axis=0)
+            return pred, np.exp(lo), np.exp(hi)
 
     def extrapolation_warnings(self, targets: np.ndarray, note: str = "") -> list[str]:
         out = []
@@ -104,7 +105,8 @@ def fit_power_law(
     b0, b1 = (float(t) for t in line(u, v))
     fit._intercept, fit._slope = b0, b1
     fit.dof = x.size - 2
-    coef = math.exp(b0 - b1 * math.log(x_ref))
+    with np.errstate(over="ignore"):  # a coefficient beyond float range is reported as null, not a crash
+        coef = float(np.exp(b0 - b1 * math.log(x_ref)))
     if fit.dof <= 0:
         fit.coef, fit.exponent = Estimate(coef), Estimate(b1)
         fit.warnings.append(f"{what} through two sizes: the line passes through both; no scatter to estimate, "
@@ -120,7 +122,8 @@ def fit_power_law(
         v_star = (b0 + b1 * u)[None, :] + adjusted[rng.integers(0, u.size, size=(resamples, u.size))]
         d0, d1 = line(np.broadcast_to(u, v_star.shape), v_star)
         fit._draws = (d0, d1)
-        fit.coef = estimate(coef, np.exp(d0 - d1 * math.log(x_ref)))
+        with np.errstate(over="ignore"):
+            fit.coef = estimate(coef, np.exp(d0 - d1 * math.log(x_ref)))
         fit.exponent = estimate(b1, d1)
     else:
         fit.coef, fit.exponent = Estimate(coef), Estimate(b1)

@@ -244,7 +244,8 @@ def fit_loss_curve(
         draws = _bootstrap(xt, y, yhat, resid, lev, fit.dof, scheme, resamples, seed, boot_grid, np.log(boot_grid))
         fit.draws = draws
 
-    a_orig = a * x_ref**alpha if not flat else 0.0
+    with np.errstate(over="ignore"):
+        a_orig = float(a * np.power(x_ref, alpha)) if not flat else 0.0
     if draws is not None:
         a_draws = draws.a * np.power(x_ref, np.where(np.isfinite(draws.alpha), draws.alpha, 0.0))
         fit.E = estimate(e, draws.e)

@@ -168,11 +168,11 @@ def fit_shared_e(
             fit.draws = BootstrapDraws(e=e_d, a=a_d, alpha=al_d, noise=pool)
             a_orig_d = a_d * np.power(s.x_ref, np.where(np.isfinite(al_d), al_d, 0.0))
             fit.E = result.E
-            fit.A = estimate(a * s.x_ref**alpha, a_orig_d)
+            fit.A = estimate(float(a * np.power(s.x_ref, alpha)), a_orig_d)
             fit.A_ref = estimate(a, a_d)
             fit.alpha = estimate(alpha, al_d) if a > 0 else Estimate(None)
         else:
-            fit.E, fit.A, fit.A_ref = result.E, Estimate(a * s.x_ref**alpha), Estimate(a)
+            fit.E, fit.A, fit.A_ref = result.E, Estimate(float(a * np.power(s.x_ref, alpha))), Estimate(a)
             fit.alpha = Estimate(alpha) if a > 0 else Estimate(None)
         offset += n
         if a <= 0:

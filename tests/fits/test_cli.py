@@ -29,7 +29,7 @@ def test_fit_prints_tables_with_intervals_and_writes_fits_json(make_sweep) -> No
         assert heading in text
     assert "held-out" in text and "256:" in text  # the leave-largest-out prediction, with its interval
     target_rows = [line for line in text.splitlines() if re.search(r"│\s+1024 │", line)]
-    assert len(target_rows) == 2 and all(line.count("[") == 2 for line in target_rows)
+    assert len(target_rows) == 2 and all(line.count("[") == 3 for line in target_rows)
     doc = json.loads((sweep / "fits.json").read_text())
     assert doc["targets"] == [1024.0, 512.0]
     assert doc["methods"]["pre"]["loss_fit"]["holdout"]["x"] == 256

@@ -164,7 +164,7 @@ def test_prediction_interval_is_wider_than_the_curve_band() -> None:
     assert pi_hi[0] - pi_lo[0] > hi[0] - lo[0]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
     st.lists(
         st.tuples(st.floats(1.0, 1e12), st.floats(-5.0, 20.0, allow_nan=False)),
