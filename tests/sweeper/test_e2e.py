@@ -60,7 +60,9 @@ def test_tiny_sweep_brackets_every_cell(ray_session, tmp_path, capsys):
     points = load_points(sweep)
     assert set(points["state"]) <= {"ok", "diverged"}
     ok = points.filter(pl.col("state") == "ok")
-    assert (ok["loss"] < ok["init_loss"] - 1.0).all(), "losses must clearly fall"
+    assert (ok["loss"] < ok["init_loss"]).all()
+    best = ok.group_by("cell_id").agg(pl.col("loss").min(), pl.col("init_loss").first())
+    assert (best["loss"] < best["init_loss"] - 1.5).all(), "at the optimum the loss must clearly fall"
     # The ledger agrees with the store, one Optuna trial per point.
     for cid in cells["cell_id"]:
         study = optuna.load_study(study_name=cid, storage=storage_url("sqlite", sweep))
