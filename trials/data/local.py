@@ -155,6 +155,37 @@ def text_source(cfg: DataConfig) -> ArrayTokenSource:
 def _tokenize(cfg: DataConfig, tokenizer: Tokenizer, train_files: list[Path], val_files: list[Path], folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     writers = {"train": _TokenWriter(folder / "train.bin", tokenizer.dtype), "val": _TokenWriter(folder / "val.bin", tokenizer.dtype)}
+    try:
+        content, docs = _fill(cfg, tokenizer, train_files, val_files, writers)
+        for split, w in writers.items():
+            if w.count == 0:
+                raise TrialInputError(
+                    f"data.path {cfg.path}: no {'validation' if split == 'val' else 'training'} tokens "
+                    f"({docs} documents; give data.val_path or change data.val_fraction)"
+                )
+    except BaseException:
+        for w in writers.values():
+            w.discard()
+        raise
+    for w in writers.values():
+        w.commit()
+    split_name = "valfile" if val_files else f"val{cfg.val_fraction:g}"
+    meta = {
+        "fingerprint": f"{cfg.source}:{Path(cfg.path or '').name}:sha256-{content[:16]}:{tokenizer.fingerprint}"
+        f":{cfg.text_column if cfg.source != 'text' else 'file'}:{split_name}",
+        "dtype": tokenizer.dtype.name,
+        "documents": docs,
+        "train_tokens": writers["train"].count,
+        "val_tokens": writers["val"].count,
+        "tokenizer": tokenizer.name,
+    }
+    write_atomic(folder / "meta.json", json.dumps(meta, indent=2).encode())
+
+
+def _fill(
+    cfg: DataConfig, tokenizer: Tokenizer, train_files: list[Path], val_files: list[Path], writers: dict[str, _TokenWriter]
+) -> tuple[str, int]:
+    """Tokenize every document into the train / val writers; return (content hash, documents)."""
     content = hashlib.sha256()
     as_bytes = isinstance(tokenizer, ByteTokenizer)
     common = os.path.commonpath([str(p.resolve().parent) for p in train_files + val_files])
@@ -184,27 +215,7 @@ def _tokenize(cfg: DataConfig, tokenizer: Tokenizer, train_files: list[Path], va
                         flush(split)
     for split in pending:
         flush(split)
-    for split, w in writers.items():
-        if w.count == 0:
-            for other in writers.values():
-                other.discard()
-            raise TrialInputError(
-                f"data.path {cfg.path}: no {'validation' if split == 'val' else 'training'} tokens "
-                f"({docs} documents; give data.val_path or change data.val_fraction)"
-            )
-    for w in writers.values():
-        w.commit()
-    split_name = "valfile" if val_files else f"val{cfg.val_fraction:g}"
-    meta = {
-        "fingerprint": f"{cfg.source}:{Path(cfg.path or '').name}:sha256-{content.hexdigest()[:16]}:{tokenizer.fingerprint}"
-        f":{cfg.text_column if cfg.source != 'text' else 'file'}:{split_name}",
-        "dtype": tokenizer.dtype.name,
-        "documents": docs,
-        "train_tokens": writers["train"].count,
-        "val_tokens": writers["val"].count,
-        "tokenizer": tokenizer.name,
-    }
-    write_atomic(folder / "meta.json", json.dumps(meta, indent=2).encode())
+    return content.hexdigest(), docs
 
 
 def _token_file(path_spec: str, dtype: str, field: str) -> tuple[Path, np.ndarray]:
