@@ -197,7 +197,10 @@ def _read_chunks(paths: list[Path], schema: dict[str, pl.DataType], *, missing_o
     frames = []
     for path in paths:
         try:
-            frames.append(pl.read_parquet(path))
+            # One open: polars given a path may open it again for the data, and a file
+            # replaced in between (cells.parquet) reads torn or panics.
+            with open(path, "rb") as fh:
+                frames.append(pl.read_parquet(fh))
         except FileNotFoundError:
             if not missing_ok:
                 raise
