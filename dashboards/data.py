@@ -13,6 +13,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -90,7 +91,7 @@ class SweepData:
     ) -> SweepData:
         points = points.sort("point_id") if points.height else points
         cells = cells.sort("cell_id") if cells.height else cells
-        methods = tuple(sorted(set(points["method"].drop_nulls()) | set(cells["method"].drop_nulls())))
+        methods = tuple(sorted(set(points["method"].drop_nulls().unique()) | set(cells["method"].drop_nulls().unique())))
         return cls(
             name=name,
             points=points,
@@ -99,7 +100,7 @@ class SweepData:
             fits=fits if isinstance(fits, dict) else None,
             methods=methods,
             sizes=tuple(order_sizes(points, cells)),
-            seeds=tuple(sorted(set(points["seed"].drop_nulls()) | set(cells["seed"].drop_nulls()))),
+            seeds=tuple(sorted(set(points["seed"].drop_nulls().unique()) | set(cells["seed"].drop_nulls().unique()))),
             colours=style.method_colours(methods),
             x_kind=x_kind if x_kind in ("depth", "params", "compute") else None,
         )
@@ -120,11 +121,12 @@ class SweepData:
 
     # Derived facts -------------------------------------------------------------------------
 
+    @cached_property
+    def _ranks(self) -> dict[str, int]:
+        return {s: i for i, s in enumerate(self.sizes)}
+
     def size_rank(self, size: str) -> int:
-        try:
-            return self.sizes.index(size)
-        except ValueError:
-            return len(self.sizes)
+        return self._ranks.get(size, len(self.sizes))
 
     def size_shade(self, method: str, size: str) -> str:
         return style.shade(self.colours.get(method, style.MUTED), self.size_rank(size), len(self.sizes))
@@ -133,14 +135,21 @@ class SweepData:
     def is_depth_sweep(self) -> bool:
         return bool(self.sizes) and all(_DEPTH_LABEL.match(s) for s in self.sizes)
 
-    @property
+    @cached_property
     def objective_label(self) -> str:
-        families = set(self.points["family"].drop_nulls()) | set(self.cells["family"].drop_nulls())
+        families = set(self.points["family"].drop_nulls().unique()) | set(self.cells["family"].drop_nulls().unique())
         if families and families <= {"vit"}:
             return "Top-1 error (final)"
         return "Final eval loss (nats/token)"
 
+    @cached_property
+    def _size_values(self) -> dict[str, dict[str, float]]:
+        return self._compute_size_values()
+
     def size_values(self) -> dict[str, dict[str, float]]:
+        return self._size_values
+
+    def _compute_size_values(self) -> dict[str, dict[str, float]]:
         """Per size label: its depth, parameters and training compute (FLOPs), where known."""
         out: dict[str, dict[str, float]] = {}
         if self.points.height:

@@ -77,7 +77,9 @@ class LiveModel:
         self.points = pl.DataFrame(schema=POINTS_SCHEMA)
         self.cells = pl.DataFrame(schema=CELLS_SCHEMA)
         self.fits: dict[str, Any] | None = None
-        self.curves: dict[Group, pl.DataFrame] = {}
+        self.curves: dict[Group, pl.DataFrame] = {}  # raw rows, latest attempt per point
+        self.drawn: dict[Group, pl.DataFrame] = {}  # the same, downsampled to `budget` vertices per curve
+        self.budget = 0
         self._curve_keys = pl.DataFrame(schema={"point_id": pl.Utf8, "_a": pl.Int64, "_s": pl.Int64})
         self._cells_stat: tuple[int, int, int] | None = None
         self._fits_stat: tuple[int, int, int] | None = None
@@ -138,7 +140,9 @@ class LiveModel:
                     dirty_groups |= set(after.select("method", "size").unique().iter_rows())
         if target.curves > self.cursor.curves:
             rows = load_curves(self.root, after_chunk=self.cursor.curves)
-            dirty_groups |= self._ingest_curves(rows)
+            dirty_points = self._ingest_curves(rows)
+            self._downsample(dirty_points)
+            dirty_groups |= set(dirty_points)
         self.cursor = target
         for group in dirty_groups:
             self.group_versions[group] = self.group_versions.get(group, 0) + 1
@@ -158,20 +162,20 @@ class LiveModel:
             changed = True
         return changed
 
-    def _ingest_curves(self, rows: pl.DataFrame) -> set[Group]:
+    def _ingest_curves(self, rows: pl.DataFrame) -> dict[Group, set[str]]:
         """Add curve rows not seen before (a compacted chunk repeats old ones); a new attempt
-        of a point replaces its earlier curve. Returns the groups that changed."""
+        of a point replaces its earlier curve. Returns the points that changed, per group."""
         if rows.height == 0:
-            return set()
-        rows = rows.select(CURVE_COLUMNS).join(self._curve_keys, on="point_id", how="left")
-        rows = rows.filter(
-            pl.col("_a").is_null()
-            | (pl.col("attempt") > pl.col("_a"))
-            | ((pl.col("attempt") == pl.col("_a")) & (pl.col("step") > pl.col("_s")))
-        ).drop("_a", "_s")
+            return {}
+        rows = rows.select(CURVE_COLUMNS)  # deduplicated by load_curves
+        if self._curve_keys.height:
+            rows = rows.join(self._curve_keys, on="point_id", how="left").filter(
+                pl.col("_a").is_null()
+                | (pl.col("attempt") > pl.col("_a"))
+                | ((pl.col("attempt") == pl.col("_a")) & (pl.col("step") > pl.col("_s")))
+            ).drop("_a", "_s")
         if rows.height == 0:
-            return set()
-        rows = rows.unique(subset=["point_id", "attempt", "step"], keep="last", maintain_order=True)
+            return {}
         keys = rows.group_by("point_id").agg(
             pl.col("attempt").max().alias("_na"),
             pl.col("step").filter(pl.col("attempt") == pl.col("attempt").max()).max().alias("_ns"),
@@ -185,7 +189,7 @@ class LiveModel:
             pl.when(newer).then(pl.col("_na")).otherwise(pl.col("_a")).alias("_a"),
             pl.when(newer).then(pl.col("_ns")).otherwise(pl.col("_s")).alias("_s"),
         )
-        dirty: set[Group] = set()
+        dirty: dict[Group, set[str]] = {}
         for (method, size), part in rows.partition_by(["method", "size"], as_dict=True).items():
             group = (method, size)
             old = self.curves.get(group)
@@ -193,8 +197,24 @@ class LiveModel:
             if old is not None and part["attempt"].max() > 1:
                 frame = frame.filter(pl.col("attempt") == pl.col("attempt").max().over("point_id"))
             self.curves[group] = frame
-            dirty.add(group)
+            dirty[group] = set(part["point_id"].unique().to_list())
         return dirty
+
+    def _downsample(self, dirty: dict[Group, set[str]]) -> None:
+        """Keep `self.drawn` (every curve downsampled to the current budget) current: only
+        the points that received rows are downsampled again, unless the budget moved."""
+        budget = figures.curve_budget(self.n_curves())
+        if budget != self.budget:
+            self.budget = budget
+            self.drawn = {g: figures.prepare_curves(frame, budget) for g, frame in self.curves.items()}
+            return
+        for group, pids in dirty.items():
+            ids = sorted(pids)
+            fresh = figures.prepare_curves(self.curves[group].filter(pl.col("point_id").is_in(ids)), budget)
+            old = self.drawn.get(group)
+            self.drawn[group] = fresh if old is None else pl.concat(
+                [old.filter(~pl.col("point_id").is_in(ids)), fresh], how="vertical"
+            )
 
     # Derived --------------------------------------------------------------------------------
 
@@ -237,6 +257,8 @@ class _FigureState:
     layout: tuple[int, str] = (0, "")
     order: tuple[int, list[str]] = (0, [])
     traces: dict[str, tuple[int, str]] = field(default_factory=dict)
+    objects: dict[str, dict[str, Any]] = field(default_factory=dict)  # the traces as built, to compare
+    layout_obj: dict[str, Any] | None = None
     inputs: tuple[Any, ...] | None = None
 
 
@@ -287,50 +309,63 @@ class View:
 
     def _sync_curves(self, data: SweepData) -> None:
         model = self.model
-        budget = figures.curve_budget(model.n_curves())
         states = dict(zip(data.points["point_id"].to_list(), data.points["state"].to_list()))
         methods = present_methods(data)
+        parts = {g: self.filters.mask(frame) for g, frame in model.drawn.items()}
+        total = sum(p["point_id"].n_unique() for p in parts.values() if p.height)
+        shown = figures.shown_points(total, data.points, data.cells)
         _, refs = figures.learning_curves_layout(data, np.zeros(0))
         traces: list[dict[str, Any]] = size_legend(data, present_sizes(data), "learning_curves") if methods else []
         lates = []
+        n_shown = 0
         for i, method in enumerate(methods):
             for size in data.sizes:
                 group = (method, size)
-                frame = model.curves.get(group)
-                if frame is None:
+                part = parts.get(group)
+                if part is None or part.height == 0:
                     continue
-                key = (model.group_versions.get(group, 0), budget, refs[i])
+                if shown is not None:
+                    part = part.filter(pl.col("point_id").is_in(sorted(shown)))
+                    ids = frozenset(part["point_id"].unique().to_list())
+                    n_shown += len(ids)
+                else:
+                    ids = None
+                key = (model.group_versions.get(group, 0), model.budget, refs[i], ids)
                 cached = self.groups.get(group)
                 if cached is None or cached.key != key:
-                    part = self.filters.mask(frame)
-                    if part.height == 0:
-                        cached = _GroupCache(key, [], np.zeros(0))
-                    else:
-                        ds = figures.prepare_curves(part, budget)
-                        gstates = {pid: states.get(pid, "running") for pid in ds["point_id"].unique().to_list()}
-                        cached = _GroupCache(
-                            key, figures.curve_group_traces(data, method, size, ds, gstates, refs[i]), figures.late_values(ds, gstates)
-                        )
+                    gstates = {pid: states.get(pid, "running") for pid in part["point_id"].unique().to_list()}
+                    cached = _GroupCache(
+                        key,
+                        figures.curve_group_traces(data, method, size, part, gstates, refs[i]),
+                        figures.late_values(part, gstates),
+                    )
                     self.groups[group] = cached
                 traces += cached.traces
                 lates.append(cached.late)
-        layout, _ = figures.learning_curves_layout(data, np.concatenate(lates) if lates else np.zeros(0))
+        layout, _ = figures.learning_curves_layout(
+            data, np.concatenate(lates) if lates else np.zeros(0), shown=n_shown if shown is not None else None, total=total
+        )
         self._store("learning_curves", {"data": traces, "layout": layout})
 
     def _store(self, name: str, spec: dict[str, Any]) -> None:
+        """Give a new revision to every trace, layout or trace order that differs from before
+        (compared as objects first: serialising only what changed is most of the saving)."""
         state = self.figs[name]
-        layout = dumps(spec["layout"])
-        if layout != state.layout[1]:
-            state.layout = (self.model.next_rev(), layout)
+        if spec["layout"] != state.layout_obj:
+            state.layout = (self.model.next_rev(), dumps(spec["layout"]))
+            state.layout_obj = spec["layout"]
         order = []
         seen = {}
         for trace in spec["data"]:
             tid = trace["uid"]
             order.append(tid)
-            text = dumps(trace)
             old = state.traces.get(tid)
-            seen[tid] = old if old is not None and old[1] == text else (self.model.next_rev(), text)
+            if old is not None and state.objects.get(tid) == trace:
+                seen[tid] = old
+            else:
+                seen[tid] = (self.model.next_rev(), dumps(trace))
         state.traces = seen
+        state.objects = {t["uid"]: t for t in spec["data"]}
         if order != state.order[1]:
             state.order = (self.model.next_rev(), order)
 

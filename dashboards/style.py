@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import html
+from functools import lru_cache
 from typing import Any, Iterable
 
 FONT = "Arial, Helvetica, sans-serif"
@@ -87,12 +88,14 @@ def _hex(rgb: Iterable[float]) -> str:
     return "#" + "".join(f"{max(0, min(255, round(c))):02X}" for c in rgb)
 
 
+@lru_cache(maxsize=4096)
 def mix(colour: str, other: str, t: float) -> str:
     """`colour` moved a fraction `t` of the way towards `other`."""
     a, b = _rgb(colour), _rgb(other)
     return _hex(x + (y - x) * t for x, y in zip(a, b))
 
 
+@lru_cache(maxsize=4096)
 def shade(colour: str, rank: int, count: int) -> str:
     """The method's colour for the `rank`-th of `count` sizes: light for small, dark for large."""
     if count <= 1:

@@ -133,10 +133,11 @@ class SyntheticSweep:
         for depth in sorted(s.depths):
             for method in s.methods:
                 t = truth_for(method)
+                lr_star = t.lr0 * (depth / 4) ** (-t.beta)
+                # one grid per (method, depth), shared by the seeds, as a sweep's prior gives
+                centre = lr_star * math.exp(rng.normal(0.0, s.prior_spread))
                 for seed in s.seeds:
                     cell_id = f"{method}/L{depth}/s{seed}"
-                    lr_star = t.lr0 * (depth / 4) ** (-t.beta)
-                    centre = lr_star * math.exp(rng.normal(0.0, s.prior_spread))
                     half = (s.lrs_per_cell - 1) / 2
                     for k in range(s.lrs_per_cell):
                         lr = float(f"{centre * s.lr_ratio ** (k - half):.6g}")

@@ -31,12 +31,15 @@ from dashboards.figures.common import (
 )
 from dashboards.figures.curves import (
     CURVE_VERTEX_BUDGET,
+    MAX_CURVES,
+    best_point_ids,
     curve_budget,
     curve_group_traces,
     late_values,
     learning_curves,
     learning_curves_layout,
     prepare_curves,
+    shown_points,
 )
 from dashboards.figures.loss_lr import loss_vs_lr
 from dashboards.figures.progress import progress
@@ -68,7 +71,7 @@ def to_figure(spec: FigureDict) -> Any:
 
 
 __all__ = [
-    "CURVE_VERTEX_BUDGET", "FIGURES", "STATIC_WIDTH", "FigureDict", "all_figures", "curve_budget", "curve_group_traces",
+    "CURVE_VERTEX_BUDGET", "FIGURES", "MAX_CURVES", "best_point_ids", "shown_points", "STATIC_WIDTH", "FigureDict", "all_figures", "curve_budget", "curve_group_traces",
     "group_status", "late_values", "learning_curves", "learning_curves_layout", "log_ticks", "loss_vs_lr",
     "optimal_lr", "prepare_curves", "progress", "scaling", "status_grid", "to_figure", "uid",
 ]  # fmt: skip

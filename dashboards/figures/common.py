@@ -119,13 +119,17 @@ def facets(
     return refs
 
 
+def _present(data: SweepData, column: str) -> set[str]:
+    return set(data.points[column].drop_nulls().unique().to_list()) | set(data.cells[column].drop_nulls().unique().to_list())
+
+
 def present_methods(data: SweepData) -> list[str]:
-    present = set(data.points["method"].drop_nulls()) | set(data.cells["method"].drop_nulls())
+    present = _present(data, "method")
     return [m for m in data.methods if m in present]
 
 
 def present_sizes(data: SweepData) -> list[str]:
-    present = set(data.points["size"].drop_nulls()) | set(data.cells["size"].drop_nulls())
+    present = _present(data, "size")
     return [s for s in data.sizes if s in present]
 
 

@@ -1,5 +1,13 @@
-"""Learning curves: training loss against tokens, downsampled, grouped per (method, size)
-so the live dashboard can redraw one group at a time."""
+"""Learning curves: training loss against tokens, one panel per method, one shade per size.
+
+Drawing cost grows with vertices, so the figure has a vertex budget shared out over its
+curves (`curve_budget`) and each curve is downsampled to its share with every extreme
+kept (`dashboards.downsample`). Past `MAX_CURVES` curves a panel of lines is unreadable
+anyway: the figure then shows every running point and the best point of every cell
+(`shown_points`), says so, and the filters narrow it to show everything. Curves are
+grouped per (method, size) into two traces each, so the live dashboard redraws a group,
+not a figure, when its points report.
+"""
 
 from __future__ import annotations
 
@@ -23,24 +31,55 @@ from dashboards.figures.common import (
     uid,
 )
 
-CURVE_VERTEX_BUDGET = 150_000  # learning-curve vertices per figure, shared by all curves
+CURVE_VERTEX_BUDGET = 60_000  # vertices per figure: a browser draws this in a few hundred ms
+MAX_CURVES = 1_500  # beyond this, show running points and each cell's best point
+BAD_STATES = ("diverged", "failed")
 
 
 def curve_budget(n_curves: int, total: int = CURVE_VERTEX_BUDGET) -> int:
     """Vertices per curve: the figure's budget shared out, as a power of two in [16, 256]
     (a power of two so the budget, and with it every curve, changes rarely as curves arrive)."""
-    per = total // max(n_curves, 1)
+    per = total // max(min(n_curves, MAX_CURVES), 1)
     return int(min(256, max(16, 2 ** int(math.log2(max(per, 1))))))
 
 
 def prepare_curves(curves: pl.DataFrame, max_vertices: int) -> pl.DataFrame:
     """The latest attempt of every curve, downsampled; x is tokens (steps where tokens are missing)."""
+    columns = ["point_id", "method", "size", "seed", "lr", "tokens", "train_loss"]
     if curves.height == 0:
-        return curves.select("point_id", "method", "size", "seed", "lr", "step", "tokens", "train_loss")
+        return pl.DataFrame(schema={c: curves.schema.get(c, pl.Float64) for c in columns})
     frame = curves.select("point_id", "method", "size", "seed", "lr", "attempt", "step", "tokens", "train_loss")
-    frame = frame.filter(pl.col("attempt") == pl.col("attempt").max().over("point_id")).drop("attempt")
-    frame = frame.with_columns(pl.coalesce(pl.col("tokens"), pl.col("step")).alias("tokens"))
+    frame = frame.filter(pl.col("attempt") == pl.col("attempt").max().over("point_id"))
+    frame = frame.with_columns(pl.coalesce(pl.col("tokens"), pl.col("step")).alias("tokens")).select(columns)
     return downsample_curves(frame, x="tokens", y="train_loss", key="point_id", max_vertices=max_vertices)
+
+
+def best_point_ids(cells: pl.DataFrame) -> set[str]:
+    """The point id of every cell's best grid point (`f"{cell_id}/lr={lr:.6g}"`, as stored)."""
+    rows = cells.filter(pl.col("best_lr").is_not_null()).select("cell_id", "best_lr").iter_rows()
+    return {f"{cell}/lr={lr:.6g}" for cell, lr in rows}
+
+
+def shown_points(n_curves: int, points: pl.DataFrame, cells: pl.DataFrame) -> set[str] | None:
+    """None (draw every curve) up to MAX_CURVES curves; beyond, the running points and every
+    cell's best point."""
+    if n_curves <= MAX_CURVES:
+        return None
+    running = set(points.filter(pl.col("state") == "running")["point_id"].to_list())
+    return running | best_point_ids(cells)
+
+
+def _with_gaps(frame: pl.DataFrame) -> tuple[list[Any], list[Any], list[Any]]:
+    """x, y and LR lists of the frame's curves joined with a null between curves."""
+    pids = frame["point_id"].to_numpy()
+    starts = np.flatnonzero(pids[1:] != pids[:-1]) + 1
+    x = np.insert(frame["tokens"].to_numpy().astype(float), starts, np.nan)
+    y = np.insert(np.round(frame["train_loss"].fill_null(np.nan).to_numpy().astype(float), 4), starts, np.nan)
+    lr = np.insert(frame["lr"].to_numpy().astype(float), starts, np.nan)
+    xs = [None if v != v else int(v) if v.is_integer() else v for v in x.tolist()]
+    ys = [None if v != v else v for v in y.tolist()]
+    lrs = [None if v != v else float(f"{v:.4g}") for v in lr.tolist()]
+    return xs, ys, lrs
 
 
 def curve_group_traces(
@@ -49,31 +88,16 @@ def curve_group_traces(
     """The traces of one (method, size): finished and running curves solid, diverged and
     failed ones dotted; curves joined with gaps so a group is two traces, not hundreds."""
     colour = data.size_shade(method, size)
-    frame = frame.sort("lr", "seed", "point_id", "tokens")
-    pids = frame["point_id"].to_list()
-    xs = frame["tokens"].to_list()
-    ys = np.round(frame["train_loss"].to_numpy().astype(float), 4)
-    out: dict[bool, tuple[list[Any], list[Any], list[Any]]] = {False: ([], [], []), True: ([], [], [])}
-    prev = None
-    bad = False
-    for pid, x, y in zip(pids, xs, ys.tolist()):
-        if pid != prev:
-            bad = states.get(pid) in ("diverged", "failed")
-            bucket = out[bad]
-            if bucket[0]:
-                bucket[0].append(None)
-                bucket[1].append(None)
-                bucket[2].append(None)
-            prev = pid
-            lr = float(pid.rsplit("lr=", 1)[-1]) if "lr=" in pid else None
-        bucket = out[bad]
-        bucket[0].append(x)
-        bucket[1].append(None if y != y else y)
-        bucket[2].append(lr)
+    if frame.height == 0:
+        return []
+    bad_ids = sorted(pid for pid in frame["point_id"].unique().to_list() if states.get(pid) in BAD_STATES)
+    frame = frame.with_columns(pl.col("point_id").is_in(bad_ids).alias("_bad")).sort("_bad", "lr", "seed", "point_id", "tokens")
     traces = []
-    for bad, (x, y, lrs) in out.items():
-        if not x:
+    for bad in (False, True):
+        part = frame.filter(pl.col("_bad") == bad)
+        if part.height == 0:
             continue
+        x, y, lrs = _with_gaps(part)
         traces.append(
             {
                 "type": "scatter", "mode": "lines", "uid": uid("learning_curves", method, size, "bad" if bad else "good"),
@@ -105,10 +129,18 @@ def curve_y_range(values: np.ndarray) -> list[float] | None:
     return [round(lo - pad, 4), round(hi + pad, 4)]
 
 
-def learning_curves_layout(data: SweepData, late_values: np.ndarray) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+def learning_curves_layout(
+    data: SweepData, late_values: np.ndarray, *, shown: int | None = None, total: int = 0
+) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """The layout (and each method's axes); `shown` of `total` curves when only some are drawn."""
     layout = style.base_layout("Learning curves", height=430, uirevision="learning_curves")
+    what = (
+        f"{shown} of {total} curves: every running point and each cell's best point (filter to see all)"
+        if shown is not None
+        else "the latest attempt of every point"
+    )
     layout["title"]["subtitle"] = {
-        "text": "training loss of the latest attempt of every point (downsampled, extremes kept); dotted: diverged or failed",
+        "text": f"training loss, {what}; downsampled with extremes kept; dotted: diverged or failed",
         "font": {"size": style.FONT_SIZE - 2, "color": style.MUTED},
     }
     layout["margin"]["t"] = 90
@@ -134,10 +166,10 @@ def learning_curves_layout(data: SweepData, late_values: np.ndarray) -> tuple[di
 def late_values(frame: pl.DataFrame, states: dict[str, str]) -> np.ndarray:
     """Loss values from the later half (by tokens) of each curve that did not diverge or
     fail, for the axis range."""
-    bad = sorted(pid for pid, st in states.items() if st in ("diverged", "failed"))
-    frame = frame.filter(~pl.col("point_id").is_in(bad))
     if frame.height == 0:
         return np.zeros(0)
+    bad = sorted(pid for pid in frame["point_id"].unique().to_list() if states.get(pid) in BAD_STATES)
+    frame = frame.filter(~pl.col("point_id").is_in(bad))
     late = frame.filter(pl.col("tokens") >= pl.col("tokens").max().over("point_id") * 0.5)
     return late["train_loss"].drop_nulls().to_numpy().astype(float)
 
@@ -147,9 +179,12 @@ def learning_curves(data: SweepData, *, max_vertices: int | None = None) -> Figu
     `curve_group_traces`); each curve downsampled to `max_vertices` (default: the figure's
     vertex budget shared out over its curves)."""
     n_curves = data.curves["point_id"].n_unique() if data.curves.height else 0
-    frame = prepare_curves(data.curves, max_vertices or curve_budget(n_curves))
+    shown = shown_points(n_curves, data.points, data.cells)
+    curves = data.curves if shown is None else data.curves.filter(pl.col("point_id").is_in(sorted(shown)))
+    frame = prepare_curves(curves, max_vertices or curve_budget(n_curves))
     states = dict(zip(data.points["point_id"].to_list(), data.points["state"].to_list()))
-    layout, refs = learning_curves_layout(data, late_values(frame, states))
+    n_shown = None if shown is None else (frame["point_id"].n_unique() if frame.height else 0)
+    layout, refs = learning_curves_layout(data, late_values(frame, states), shown=n_shown, total=n_curves)
     methods = present_methods(data)
     traces: list[Trace] = size_legend(data, present_sizes(data), "learning_curves") if methods else []
     groups = frame.partition_by(["method", "size"], as_dict=True) if frame.height else {}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 
 from dashboards import style
@@ -73,11 +75,14 @@ def loss_vs_lr(data: SweepData, *, facet: str = "method") -> FigureDict:
         layout["legend"]["title"] = {"text": "Size"}
         traces += size_legend(data, sizes, "loss_vs_lr")
     panel_col = "method" if facet == "method" else "size"
+    drawn = points.filter(pl.col("state").is_in(["ok", "diverged", "running"]))
+    by_panel = drawn.partition_by(panel_col, as_dict=True)
+    cells_by_panel = data.cells.partition_by(panel_col, as_dict=True)
     for k, panel in enumerate(panels, start=1):
-        shown = points.filter((pl.col(panel_col) == panel) & pl.col("state").is_in(["ok", "diverged", "running"]))
-        lr_values = [v for v in shown["lr"].to_list() if v is not None and v > 0]
-        if lr_values:
-            ticks, labels = log_ticks(min(lr_values), max(lr_values))
+        shown = by_panel.get((panel,))
+        lr_values = shown["lr"].drop_nulls().filter(shown["lr"].drop_nulls() > 0) if shown is not None else None
+        if lr_values is not None and len(lr_values):
+            ticks, labels = log_ticks(float(lr_values.min()), float(lr_values.max()))
             layout[axis_name("xaxis", k)].update({"tickmode": "array", "tickvals": ticks, "ticktext": labels})
 
     stats = (
@@ -137,99 +142,88 @@ def loss_vs_lr(data: SweepData, *, facet: str = "method") -> FigureDict:
                 }
             traces.append(trace)
 
-        in_panel = points.filter(pl.col(panel_col) == panel)
-        colour_of = (
-            (lambda m, s: data.size_shade(m, s)) if facet == "method" else (lambda m, s: data.colours.get(m, style.INK))
-        )
+        in_panel = by_panel.get((panel,), drawn.clear())
+        line_col = "size" if facet == "method" else "method"
 
-        off = in_panel.filter((pl.col("state") == "ok") & (pl.col("objective") > top)).sort("lr", "point_id")
-        div = in_panel.filter(pl.col("state") == "diverged").sort("lr", "point_id")
-        run = in_panel.filter(pl.col("state") == "running").sort("lr", "point_id")
-        markers = [
-            ("off scale", off, style.OFFSCALE_SYMBOL, y_top_marker,
-             "%{meta} · %{customdata[0]} s%{customdata[1]}<br>LR %{x:.3g}<br>" + short
-             + " %{customdata[2]:.4f} (above the axis)<extra></extra>",
-             lambda r: [style.text(r["size"] if facet == "method" else r["method"]), r["seed"], num(r["objective"])]),
-            ("diverged", div, style.DIVERGED_SYMBOL, y_top_marker,
-             "%{meta} · %{customdata[0]} s%{customdata[1]}<br>LR %{x:.3g}<br>diverged at step %{customdata[2]}"
-             "<br>%{customdata[3]}<extra></extra>",
-             lambda r: [style.text(r["size"] if facet == "method" else r["method"]), r["seed"],
-                        r["diverged_step"] if r["diverged_step"] is not None else "?", style.text(r["reason"] or "")]),
-            ("running", run, "circle-open", y_bottom_marker,
-             "%{meta} · %{customdata[0]} s%{customdata[1]}<br>LR %{x:.3g}<br>running, step %{customdata[2]}"
-             "<extra></extra>",
-             lambda r: [style.text(r["size"] if facet == "method" else r["method"]), r["seed"], r["steps"] or 0]),
-        ]  # fmt: skip
-        for label, frame, symbol, y, template, custom in markers:
+        def colours_of(frame: pl.DataFrame) -> list[str]:
+            pairs = zip(frame["method"].to_list(), frame["size"].to_list())
+            if facet == "method":
+                return [data.size_shade(m, sz) for m, sz in pairs]
+            return [data.colours.get(m, style.INK) for m, _ in pairs]
+
+        def add_markers(label: str, frame: pl.DataFrame, symbol: str, y: list[float], size: int,
+                        custom: list[list[Any]], template: str, extra: dict[str, Any] | None = None) -> None:  # fmt: skip
             if frame.height == 0:
-                continue
-            rows = frame.to_dicts()
-            traces.append(
-                {
-                    "type": "scatter",
-                    "mode": "markers",
-                    "uid": uid("loss_vs_lr", facet, panel, label),
-                    "x": nums(frame["lr"]),
-                    "y": [y] * frame.height,
-                    "xaxis": xref,
-                    "yaxis": yref,
-                    "name": label,
-                    "legendgroup": f"marker:{label}",
-                    "showlegend": label not in shown_legend,
-                    "marker": {
-                        "symbol": symbol,
-                        "size": 9,
-                        "line": {"width": 2},
-                        "color": [colour_of(r["method"], r["size"]) for r in rows],
-                    },
-                    "meta": style.text(panel),
-                    "customdata": [custom(r) for r in rows],
-                    "hovertemplate": template,
-                    "cliponaxis": False,
-                }
-            )
+                return
+            names = [style.text(v) for v in frame[line_col].to_list()]
+            trace: Trace = {
+                "type": "scatter", "mode": "markers", "uid": uid("loss_vs_lr", facet, panel, label),
+                "x": nums(frame["lr"]), "y": y, "xaxis": xref, "yaxis": yref,
+                "name": label, "legendgroup": f"marker:{label}", "showlegend": label not in shown_legend,
+                "marker": {"symbol": symbol, "size": size, "color": colours_of(frame), "line": {"width": 2}},
+                "meta": style.text(panel), "customdata": [[n, *c] for n, c in zip(names, custom)],
+                "hovertemplate": template, "cliponaxis": False, **(extra or {}),
+            }  # fmt: skip
+            if not symbol.endswith("open"):
+                trace["marker"]["line"] = {"width": 1, "color": style.INK}
+            traces.append(trace)
             shown_legend.add(label)
 
-        cells = data.cells.filter(pl.col(panel_col) == panel).sort("size", "method", "seed")
+        # Seeds are summarised per (method, size, LR): a hundred seeds must not mean a
+        # hundred overlapping markers (and a slow page).
+        panel_stats = stats.filter(pl.col(panel_col) == panel)
+        off = panel_stats.filter(pl.col("mean") > top)
+        add_markers("off scale", off, style.OFFSCALE_SYMBOL, [y_top_marker] * off.height, 9,
+                    [[n, v] for n, v in zip(off["n"].to_list(), nums(off["mean"]))],
+                    "%{meta} · %{customdata[0]}<br>LR %{x:.3g}<br>" + short
+                    + " %{customdata[2]:.4f} (mean of %{customdata[1]} seed(s); above the axis)<extra></extra>")  # fmt: skip
+        div = (
+            in_panel.filter(pl.col("state") == "diverged")
+            .group_by("method", "size", "lr")
+            .agg(pl.len().alias("n"), pl.col("diverged_step").min().alias("step"), pl.col("reason").drop_nulls().first())
+            .sort("method", "size", "lr")
+        )
+        add_markers("diverged", div, style.DIVERGED_SYMBOL, [y_top_marker] * div.height, 9,
+                    [[n, st if st is not None else "?", style.text(r or "")]
+                     for n, st, r in zip(div["n"].to_list(), div["step"].to_list(), div["reason"].to_list())],
+                    "%{meta} · %{customdata[0]}<br>LR %{x:.3g}<br>diverged in %{customdata[1]} seed(s), first at step "
+                    "%{customdata[2]}<br>%{customdata[3]}<extra></extra>")  # fmt: skip
+        run = in_panel.filter(pl.col("state") == "running").sort("method", "size", "lr", "seed", "point_id")
+        add_markers("running", run, "circle-open", [y_bottom_marker] * run.height, 9,
+                    [[sd, st or 0] for sd, st in zip(run["seed"].to_list(), run["steps"].to_list())],
+                    "%{meta} · %{customdata[0]} s%{customdata[1]}<br>LR %{x:.3g}<br>running, step %{customdata[2]}"
+                    "<extra></extra>")  # fmt: skip
+
+        cells = cells_by_panel.get((panel,), data.cells.clear())
         for label, lr_col, obj_col, symbol, size in (
             ("best grid point", "best_lr", "best_objective", style.GRID_BEST_SYMBOL, 12),
             ("interpolated optimum", "interp_lr", "interp_objective", style.INTERP_SYMBOL, 11),
         ):
-            frame = cells.filter(pl.col(lr_col).is_finite() & pl.col(obj_col).is_finite())
-            if frame.height == 0:
-                continue
-            rows = frame.to_dicts()
-            traces.append(
-                {
-                    "type": "scatter",
-                    "mode": "markers",
-                    "uid": uid("loss_vs_lr", facet, panel, label),
-                    "x": nums(frame[lr_col]),
-                    "y": [min(max(v, lo - 1.5 * pad), y_top_marker) for v in nums(frame[obj_col])],
-                    "xaxis": xref,
-                    "yaxis": yref,
-                    "name": label,
-                    "legendgroup": f"marker:{label}",
-                    "showlegend": label not in shown_legend,
-                    "marker": {
-                        "symbol": symbol,
-                        "size": size,
-                        "color": [colour_of(r["method"], r["size"]) for r in rows],
-                        "line": {"width": 2 if symbol.endswith("open") else 1, "color": style.INK},
-                    },
-                    "meta": style.text(panel),
-                    "customdata": [
-                        [style.text(r["size"] if facet == "method" else r["method"]), r["seed"], r["status"],
-                         num(r[obj_col])]
-                        for r in rows
-                    ],  # fmt: skip
-                    "hovertemplate": f"{label}<br>"
-                    + "%{meta} · %{customdata[0]} s%{customdata[1]} (%{customdata[2]})<br>LR %{x:.3g}<br>"
-                    + short
-                    + " %{customdata[3]:.4f}<extra></extra>",
-                }
+            # per (method, size): geometric mean of the seeds' optimal LRs, their range as an
+            # error bar, mean objective
+            opt = (
+                cells.filter(pl.col(lr_col).is_finite() & (pl.col(lr_col) > 0) & pl.col(obj_col).is_finite())
+                .group_by("method", "size")
+                .agg(
+                    pl.col(lr_col).log().mean().exp().alias("lr"),
+                    pl.col(lr_col).min().alias("lo"),
+                    pl.col(lr_col).max().alias("hi"),
+                    pl.col(obj_col).mean().alias("obj"),
+                    pl.len().alias("n"),
+                    (pl.col("status") == "bracketed").sum().alias("bracketed"),
+                )
+                .sort("method", "size")
             )
-            if symbol.endswith("open"):
-                traces[-1]["marker"]["line"] = {"width": 2}
-            shown_legend.add(label)
+            lr_mean = opt["lr"].to_numpy()
+            extra = {}
+            if opt.height and int(opt["n"].max()) > 1:
+                extra = {"error_x": {"type": "data", "symmetric": False, "array": nums(opt["hi"].to_numpy() - lr_mean),
+                                     "arrayminus": nums(lr_mean - opt["lo"].to_numpy()), "thickness": 1.5, "width": 4,
+                                     "color": style.INK}}  # fmt: skip
+            add_markers(label, opt, symbol, [min(max(v, lo - 1.5 * pad), y_top_marker) for v in nums(opt["obj"])], size,
+                        [[n, b, a, z, o] for n, b, a, z, o in zip(opt["n"].to_list(), opt["bracketed"].to_list(),
+                                                                  nums(opt["lo"]), nums(opt["hi"]), nums(opt["obj"]))],
+                        f"{label}<br>" + "%{meta} · %{customdata[0]}<br>LR %{x:.3g} (%{customdata[1]} seed(s): "
+                        "%{customdata[3]:.3g} – %{customdata[4]:.3g}; %{customdata[2]} bracketed)<br>" + short
+                        + " %{customdata[5]:.4f}<extra></extra>", extra)  # fmt: skip
     return {"data": traces, "layout": layout}

@@ -77,8 +77,11 @@ def test_loss_vs_lr_marks_diverged_points_above_every_finite_loss(finished):
     spec = figures.loss_vs_lr(finished)
     diverged = by_name(spec, "diverged")
     stored = finished.points.filter(pl.col("state") == "diverged")
-    assert sum(len(t["x"]) for t in diverged) == stored.height > 0
-    assert sorted(x for t in diverged for x in t["x"]) == sorted(stored["lr"].to_list())
+    # one marker per (method, size, LR) saying in how many seeds it diverged
+    per_lr = stored.group_by("method", "size", "lr").len()
+    assert sum(len(t["x"]) for t in diverged) == per_lr.height > 0
+    assert sum(c[1] for t in diverged for c in t["customdata"]) == stored.height
+    assert sorted(x for t in diverged for x in t["x"]) == sorted(per_lr["lr"].to_list())
     lo, hi = spec["layout"]["yaxis"]["range"]
     in_frame = [y for t in spec["data"] if t.get("mode") == "lines+markers" for y in t["y"] if y <= hi]
     for t in diverged:
@@ -86,14 +89,23 @@ def test_loss_vs_lr_marks_diverged_points_above_every_finite_loss(finished):
         assert all(max(in_frame) < y < hi for y in t["y"])  # above every drawn loss, inside the frame
 
 
-def test_loss_vs_lr_marks_grid_and_interpolated_optima_of_every_cell(finished):
+def test_loss_vs_lr_marks_grid_and_interpolated_optima_of_every_size(finished):
     spec = figures.loss_vs_lr(finished)
-    cells = finished.cells
-    stars = by_name(spec, "interpolated optimum")
-    circles = by_name(spec, "best grid point")
-    assert sorted(x for t in stars for x in t["x"]) == sorted(cells["interp_lr"].drop_nulls().to_list())
-    assert sorted(x for t in circles for x in t["x"]) == sorted(cells["best_lr"].drop_nulls().to_list())
-    assert all(t["marker"]["symbol"] == style.INTERP_SYMBOL for t in stars)
+    for label, lr_col in (("interpolated optimum", "interp_lr"), ("best grid point", "best_lr")):
+        markers = by_name(spec, label)
+        assert all(t["marker"]["symbol"] == (style.INTERP_SYMBOL if lr_col == "interp_lr" else style.GRID_BEST_SYMBOL)
+                   for t in markers)  # fmt: skip
+        expected = (
+            finished.cells.filter(pl.col(lr_col).is_not_null())
+            .group_by("method", "size")
+            .agg(pl.col(lr_col).log().mean().exp(), pl.col(lr_col).min().alias("lo"), pl.len())
+            .sort(lr_col)
+        )
+        drawn = sorted((x, c) for t in markers for x, c in zip(t["x"], t["customdata"]))
+        assert [x for x, _ in drawn] == pytest.approx(expected[lr_col].to_list())  # geometric mean over seeds
+        assert [c[1] for _, c in drawn] == expected["len"].to_list()  # seeds counted
+        assert [c[3] for _, c in drawn] == pytest.approx(expected["lo"].to_list())  # their range
+        assert all("error_x" in t for t in markers)  # two seeds: the range is drawn
 
 
 def test_loss_vs_lr_shows_each_cells_status_in_the_line_style(midway):
@@ -124,7 +136,7 @@ def test_loss_vs_lr_draws_off_scale_points_at_the_top_with_their_true_value():
     points = pl.DataFrame(rows, schema=points.schema)
     spec = figures.loss_vs_lr(SweepData.build("x", points, cells, curves))
     (off,) = by_name(spec, "off scale")
-    assert off["x"] == [3e-2] and off["customdata"][0][2] == 9.5
+    assert off["x"] == [3e-2] and off["customdata"][0][2] == 9.5  # [size, seeds, mean]
     lo, hi = spec["layout"]["yaxis"]["range"]
     assert hi < 9.5 and lo < 3.4 and off["y"][0] < hi
 
@@ -351,3 +363,20 @@ def test_log_ticks_cover_the_range_with_readable_labels():
     vals, _ = figures.log_ticks(2e-3, 2e-3)  # a single value
     assert sum(1e-3 <= v <= 4e-3 for v in vals) >= 3
     assert all(math.isfinite(v) for v in vals)
+
+
+def test_past_max_curves_only_running_and_each_cells_best_curve_are_drawn(midway, monkeypatch):
+    from dashboards.figures import curves
+
+    monkeypatch.setattr(curves, "MAX_CURVES", 10)
+    spec = figures.learning_curves(midway)
+    running = set(midway.points.filter(pl.col("state") == "running")["point_id"])
+    best = figures.best_point_ids(midway.cells)
+    with_curves = set(midway.curves["point_id"])
+    expected = (running | best) & with_curves
+    drawn_lrs = sorted(v for t in spec["data"] for v in t.get("customdata") or [] if v is not None)
+    assert len(set(drawn_lrs)) <= len({p.rsplit("=", 1)[1] for p in expected})
+    n_curves = sum(t["x"].count(None) + 1 for t in spec["data"] if t.get("mode") == "lines" and t["x"] != [None])
+    assert n_curves == len(expected)
+    subtitle = spec["layout"]["title"]["subtitle"]["text"]
+    assert f"{len(expected)} of {len(with_curves)} curves" in subtitle and "filter to see all" in subtitle

@@ -73,3 +73,16 @@ def test_downsampling_turns_non_finite_losses_into_gaps():
 def test_downsampling_rejects_a_useless_budget():
     with pytest.raises(ValueError):
         downsample_curves(_curve("a", np.ones(10)), max_vertices=2)
+
+
+def test_downsampling_handles_interleaved_and_out_of_order_rows():
+    rng = np.random.default_rng(1)
+    y = 3 + rng.normal(0, 0.1, 400)
+    y[77] = 8.0
+    frame = pl.concat([_curve("a", y), _curve("b", y + 1)]).sample(fraction=1.0, shuffle=True, seed=3)
+    out = downsample_curves(frame, max_vertices=32)
+    for pid, spike in (("a", 8.0), ("b", 9.0)):
+        mine = out.filter(pl.col("point_id") == pid)
+        assert mine.height <= 32 and mine["tokens"].is_sorted()
+        assert spike in mine["train_loss"].to_list()
+        assert mine["tokens"][0] == 0 and mine["tokens"][-1] == 399 * 100

@@ -1,0 +1,272 @@
+"""The dashboard's benchmark: `python -m dashboards.bench [--points 10000] [--curve-rows 1000000]`.
+
+Builds a synthetic sweep of the given size with the real StoreWriter (compactions
+included), then measures, with the goals of issue 6 in brackets:
+- server: first ingest of the store and the first full payload (time to first render on
+  the server side, goal < 2 s), its size raw and gzipped;
+- server: each incremental update while the sweep keeps writing (goal < 200 ms server
+  time), what it carried (new point events, curve rows) and its size;
+- browser (Debian's Chromium via Playwright, skipped with --no-browser or when absent):
+  time to first render of a cold page load, of a warm one (plotly.js cached), and how long
+  new results take to appear;
+- the writer's time with and without a dashboard polling it (issue 8: readers must not
+  slow the sweep).
+Prints a table, or JSON with --json. A benchmark, not a test: nothing here asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from dashboards.data import Filters
+from dashboards.live import Dashboard
+from dashboards.synthetic import SyntheticSpec, SyntheticSweep, write_in_steps
+
+METHODS = ("pre", "post", "layerrope", "deepnet")
+DEPTHS = (4, 6, 8, 12, 16, 24, 32, 48, 64, 96)
+LRS = 10
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
+
+
+def bench_spec(points: int, curve_rows: int) -> SyntheticSpec:
+    seeds = max(1, round(points / (len(METHODS) * len(DEPTHS) * LRS)))
+    n_points = len(METHODS) * len(DEPTHS) * LRS * seeds
+    per_point = curve_rows / n_points
+    # ok points report steps/report_every + 1 rows; diverged ones stop at 8-60%: 0.78 of that on average
+    steps = int(round((per_point / 0.78 - 1) * 10))
+    return SyntheticSpec(name="bench", methods=METHODS, depths=DEPTHS, seeds=tuple(range(seeds)), lrs_per_cell=LRS,
+                         steps=steps, report_every=10, eval_every=100, concurrency=64,
+                         seconds_per_block_step=0.002)  # fmt: skip
+
+
+def build_store(root: Path, spec: SyntheticSpec, *, until: float, chunks: int) -> tuple[SyntheticSweep, float]:
+    t = time.perf_counter()
+    sweep = SyntheticSweep(root, spec)
+    for i in range(1, chunks + 1):
+        sweep.advance(until * i / chunks)
+    return sweep, time.perf_counter() - t
+
+
+def _chunk_files(root: Path) -> int:
+    return sum(1 for table in ("points", "curves") for p in (root / "store" / table).iterdir() if p.suffix == ".parquet")
+
+
+def poll(dash: Dashboard, since: int) -> tuple[dict[str, Any], bytes, dict[str, float], float]:
+    t = time.perf_counter()
+    body, timings = dash.update(since, dash.model.epoch, Filters())
+    elapsed = time.perf_counter() - t
+    return json.loads(body), body, timings, elapsed
+
+
+def gz(body: bytes) -> int:
+    import gzip
+
+    return len(gzip.compress(body, compresslevel=1))
+
+
+def server_bench(sweep: SyntheticSweep, updates: int, step: float, start: float) -> dict[str, Any]:
+    t = time.perf_counter()
+    dash = Dashboard(sweep.root, min_interval=0.0)
+    construct = time.perf_counter() - t
+    msg, body, timings, elapsed = poll(dash, 0)
+    first = {
+        "seconds": construct + elapsed,
+        "ingest_s": timings["refresh"],
+        "figures_s": timings["sync"],
+        "payload_s": timings["payload"],
+        "bytes": len(body),
+        "gzip_bytes": gz(body),
+        "per_figure_s": dict(next(iter(dash.views.values())).timings),
+        "points": msg["summary"]["n_points"],
+        "curve_rows": msg["summary"]["n_curve_rows"],
+    }
+    rows = []
+    since = msg["rev"]
+    fraction = start
+    for _ in range(updates):
+        before_points, before_rows = msg["summary"]["n_points"], msg["summary"]["n_curve_rows"]
+        files_before = _chunk_files(sweep.root)
+        fraction += step
+        events = sweep.advance(fraction)
+        compacted = _chunk_files(sweep.root) < files_before  # the writer merged its chunks
+        msg, body, timings, elapsed = poll(dash, since)
+        since = msg["rev"]
+        rows.append({
+            "point_events": events,
+            "curve_rows": msg["summary"]["n_curve_rows"] - before_rows,
+            "new_points": msg["summary"]["n_points"] - before_points,
+            "after_compaction": compacted,
+            "seconds": elapsed, "refresh_s": timings["refresh"], "figures_s": timings["sync"],
+            "bytes": len(body), "gzip_bytes": gz(body),
+            "figures": sorted(msg["figures"]),
+            "traces": sum(len(p.get("traces", {})) for p in msg["figures"].values()),
+        })  # fmt: skip
+    return {"first": first, "updates": rows, "final_fraction": fraction}
+
+
+def browser_bench(sweep: SyntheticSweep, fraction: float, step: float) -> dict[str, Any]:
+    from playwright.sync_api import sync_playwright
+
+    from dashboards.server import make_server
+
+    server = make_server(str(sweep.root), "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
+    thread.start()
+    out: dict[str, Any] = {}
+
+    def wait(page: Any, js: str, timeout: float = 120.0) -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if page.evaluate(js):
+                return
+            time.sleep(0.02)
+        raise TimeoutError(js)
+
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=shutil.which("chromium") or "/usr/bin/chromium", args=FLAGS)
+            context = browser.new_context(viewport={"width": 1600, "height": 1200})
+            for label in ("cold", "warm"):
+                page = context.new_page()
+                page.goto(server.url)
+                wait(page, "() => window.sweepDashboard && window.sweepDashboard.firstRenderMs !== null")
+                nav = page.evaluate("() => performance.getEntriesByType('navigation')[0].domContentLoadedEventEnd")
+                out[label] = {
+                    "first_render_ms": page.evaluate("() => window.sweepDashboard.firstRenderMs"),
+                    "page_ready_ms": nav,
+                    "payload_bytes": page.evaluate("() => window.sweepDashboard.lastPayloadBytes"),
+                    "poll_ms": page.evaluate("() => window.sweepDashboard.lastTimings"),
+                }
+                if label == "cold":
+                    page.close()
+            latencies, polls = [], []
+            for _ in range(5):
+                rev = page.evaluate("() => window.sweepDashboard.rev")
+                fraction += step
+                sweep.advance(fraction)
+                t = time.monotonic()
+                wait(page, f"() => window.sweepDashboard.rev > {rev} && window.sweepDashboard.lastTimings !== null")
+                latencies.append(time.monotonic() - t)
+                polls.append(page.evaluate("() => window.sweepDashboard.lastTimings"))
+                time.sleep(0.3)
+            out["update_latency_s"] = latencies
+            out["update_poll_ms"] = polls
+            browser.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    return out
+
+
+def writer_bench(tmp: Path, with_dashboard: bool, spec: SyntheticSpec, steps: int) -> float:
+    """Seconds a writer process takes for `steps` advances, with or without a dashboard
+    polling the same directory every 0.25 s from this process."""
+    root = tmp / ("with" if with_dashboard else "without")
+    ctx = mp.get_context("spawn")
+    ready = ctx.Event()
+    proc = ctx.Process(target=write_in_steps, args=(str(root), spec, steps, None, ready))
+    proc.start()
+    ready.wait(120)
+    t = time.perf_counter()
+    dash = None
+    since = 0
+    while proc.is_alive():
+        if with_dashboard:
+            if dash is None:
+                dash = Dashboard(root, min_interval=0.0)
+            body, _ = dash.update(since, dash.model.epoch, Filters())
+            since = json.loads(body)["rev"]
+        time.sleep(0.25)
+    proc.join()
+    return time.perf_counter() - t
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dashboards.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--points", type=int, default=10_000)
+    parser.add_argument("--curve-rows", type=int, default=1_000_000)
+    parser.add_argument("--updates", type=int, default=10, help="incremental updates to time")
+    parser.add_argument("--dir", help="build the store here (default: a temporary folder, removed after)")
+    parser.add_argument("--no-browser", action="store_true", help="skip the Chromium measurements")
+    parser.add_argument("--no-writer", action="store_true", help="skip the writer-slowdown measurement")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+
+    tmp = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="dashboard-bench-"))
+    report: dict[str, Any] = {}
+    try:
+        spec = bench_spec(args.points, args.curve_rows)
+        start = 0.9
+        sweep, build_s = build_store(tmp / "sweep", spec, until=start, chunks=40)
+        total_rows = sum(p.curve.shape[1] for p in sweep.points)
+        report["store"] = {"points": len(sweep.points), "curve_rows_planned": total_rows, "build_s": build_s,
+                           "methods": len(spec.methods), "depths": len(spec.depths), "seeds": len(spec.seeds),
+                           "lrs_per_cell": spec.lrs_per_cell}  # fmt: skip
+        step = (1.0 - start) / (args.updates + 8)
+        report["server"] = server_bench(sweep, args.updates, step, start)
+        fraction = report["server"]["final_fraction"]
+        if not args.no_browser and shutil.which("chromium"):
+            report["browser"] = browser_bench(sweep, fraction, step)
+        if not args.no_writer:
+            small = SyntheticSpec(methods=METHODS, depths=DEPTHS[:6], seeds=(0, 1, 2), lrs_per_cell=LRS, steps=400,
+                                  report_every=10)  # fmt: skip
+            alone = [writer_bench(tmp / f"w{i}", False, small, 60) for i in range(2)]
+            polled = [writer_bench(tmp / f"p{i}", True, small, 60) for i in range(2)]
+            report["writer"] = {"alone_s": alone, "with_dashboard_s": polled,
+                                "slowdown": statistics.mean(polled) / statistics.mean(alone) - 1}  # fmt: skip
+    finally:
+        if not args.dir:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        print_report(report)
+    return 0
+
+
+def print_report(r: dict[str, Any]) -> None:
+    s = r["store"]
+    print(f"store: {s['points']} points ({s['methods']} methods x {s['depths']} depths x {s['seeds']} seeds x "
+          f"{s['lrs_per_cell']} LRs), {s['curve_rows_planned']:,} curve rows planned, written in {s['build_s']:.1f} s")  # fmt: skip
+    f = r["server"]["first"]
+    print(f"first payload (server): {f['seconds'] * 1000:.0f} ms [goal < 2000] = ingest {f['ingest_s'] * 1000:.0f} ms"
+          f" + figures {f['figures_s'] * 1000:.0f} ms + assembly {f['payload_s'] * 1000:.0f} ms;"
+          f" {f['bytes'] / 1e6:.2f} MB ({f['gzip_bytes'] / 1e6:.2f} MB gzipped) for {f['points']} points,"
+          f" {f['curve_rows']:,} curve rows")  # fmt: skip
+    print("  per figure (ms): " + ", ".join(f"{k} {v * 1000:.0f}" for k, v in f["per_figure_s"].items()))
+    print("incremental updates (server) [goal < 200 ms]:")
+    print(f"  {'events':>6} {'rows':>6} {'ms':>6} {'read':>6} {'figs':>6} {'KB':>7} {'KB gz':>6} {'traces':>6}  figures")
+    for u in r["server"]["updates"]:
+        print(f"  {u['point_events']:>6} {u['curve_rows']:>6} {u['seconds'] * 1000:>6.0f} {u['refresh_s'] * 1000:>6.0f}"
+              f" {u['figures_s'] * 1000:>6.0f} {u['bytes'] / 1e3:>7.1f} {u['gzip_bytes'] / 1e3:>6.1f} {u['traces']:>6}"
+              f"  {','.join(u['figures'])}{'  (after a compaction)' if u['after_compaction'] else ''}")  # fmt: skip
+    times = [u["seconds"] * 1000 for u in r["server"]["updates"]]
+    if times:
+        print(f"  median {statistics.median(times):.0f} ms, max {max(times):.0f} ms")
+    if "browser" in r:
+        b = r["browser"]
+        for label in ("cold", "warm"):
+            x = b[label]
+            print(f"browser {label} load: first render {x['first_render_ms']:.0f} ms after navigation (page ready at "
+                  f"{x['page_ready_ms']:.0f} ms; plotly.js parse is most of it), payload {x['payload_bytes'] / 1e6:.2f} MB,"
+                  f" poll {json.dumps({k: round(v) for k, v in (x['poll_ms'] or {}).items()})}")  # fmt: skip
+        lat = b["update_latency_s"]
+        print(f"browser: new results drawn {min(lat):.2f}-{max(lat):.2f} s after the store was written [goal < 2 s]; "
+              f"draw {statistics.median(p['draw'] for p in b['update_poll_ms']):.0f} ms median")  # fmt: skip
+    if "writer" in r:
+        w = r["writer"]
+        print(f"writer: {statistics.mean(w['alone_s']):.2f} s alone, {statistics.mean(w['with_dashboard_s']):.2f} s with a "
+              f"dashboard polling every 0.25 s ({w['slowdown'] * 100:+.1f}%)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
