@@ -125,3 +125,12 @@ def test_all_diverged_stops_the_trial_at_once() -> None:
     results = run_trial(spec([40.0, 80.0], steps=500, report_every=100), report=reports.append)
     assert [r.outcome for r in results] == ["diverged", "diverged"]
     assert reports[-1].done and reports[-1].step <= 5  # not 500
+
+
+def test_error_objective_is_one_minus_top1_accuracy() -> None:
+    loss_run = run_trial(spec([2e-2]))[0]
+    error_run = run_trial(spec([2e-2], objective="error"))[0]
+    assert error_run.loss == loss_run.loss  # the same training; only the objective differs
+    assert error_run.accuracy is not None and 1 / 48 < error_run.accuracy < 1
+    assert error_run.objective == pytest.approx(1 - error_run.accuracy)
+    assert loss_run.accuracy is None and loss_run.objective == loss_run.loss
