@@ -190,21 +190,15 @@ def log_ticks(lo: float, hi: float, *, style_: str = "e") -> tuple[list[float], 
     if hi < lo * 1.2:  # one value (or nearly): label its neighbourhood
         lo, hi = lo / 1.5, hi * 1.5
     decades = math.log10(hi / lo)
-    if decades >= 2.5:
-        mantissas: tuple[float, ...] = (1,)
-    elif decades >= 1.0:
-        mantissas = (1, 3)
-    elif decades >= 0.5:
-        mantissas = (1, 2, 5)
-    else:
-        mantissas = (1, 1.5, 2, 3, 4, 5, 6, 7, 8, 9)
-    values = {
-        float(f"{m * 10.0**k:.6g}")
-        for k in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 2)
-        for m in mantissas
-    }
-    inside = [v for v in values if lo <= v <= hi]
-    if len(inside) < 3:  # a narrow range: evenly spaced round values across it
+    ladders: list[tuple[float, ...]] = [(1,), (1, 3), (1, 2, 5), (1, 1.5, 2, 3, 4, 5, 6, 7, 8, 9)]
+    start = 0 if decades >= 2.5 else 1 if decades >= 1.0 else 2 if decades >= 0.5 else 3
+    exponents = range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 2)
+    for mantissas in ladders[start:]:  # denser until at least three ticks fall inside
+        values = {float(f"{m * 10.0**k:.6g}") for k in exponents for m in mantissas}
+        inside = [v for v in values if lo <= v <= hi]
+        if len(inside) >= 3:
+            break
+    if len(inside) < 3:  # a very narrow range: evenly spaced round values across it
         step = _nice_step((hi - lo) / 4)
         start = math.ceil(lo / step) * step
         values |= {float(f"{start + i * step:.6g}") for i in range(6) if start + i * step <= hi * 1.0001}

@@ -76,25 +76,32 @@ def progress(data: SweepData) -> FigureDict:
             xa["showticklabels"] = False
         layout[axis_name("xaxis", k)] = xa
     traces: list[Trace] = []
+    total = "\x00all"  # the key of the all-methods line (no method can be named so)
     groups = [(m, done.filter(pl.col("method") == m)) for m in present_methods(data)]
-    groups.append(("all methods", done))
+    groups.append((total, done))
+    end = (t_end - t0) / scale
     for name, frame in groups:
         frame = frame.sort("finished_at", "point_id")
-        colour = data.colours.get(name, style.INK)
-        t = (np.concatenate([[t0], frame["finished_at"].to_numpy()]) - t0) / scale
+        is_total = name == total
+        label = "all methods" if is_total else style.text(name)
+        colour = style.INK if is_total else data.colours.get(name, style.INK)
+        # from the start to the latest event, so a line that stopped rising still reaches the end
+        t = np.concatenate([[0.0], (frame["finished_at"].to_numpy() - t0) / scale, [end]])
+        counts = np.arange(frame.height + 1, dtype=float)
+        flops = np.concatenate([[0.0], np.cumsum(frame["flop"].to_numpy())]) / flop_scale
         for k, values, fmt in (
-            (1, np.arange(frame.height + 1, dtype=float), "%{y:d} points"),
-            (2, np.concatenate([[0.0], np.cumsum(frame["flop"].to_numpy())]) / flop_scale, "%{y:.3g} " + flop_unit),
+            (1, np.append(counts, counts[-1]), "%{y:d} points"),
+            (2, np.append(flops, flops[-1]), "%{y:.3g} " + flop_unit),
         ):
             xs, ys = _thin(t, values)
             traces.append(
                 {
                     "type": "scatter", "mode": "lines", "uid": uid("progress", name, k),
                     "x": xs, "y": ys, "xaxis": ref("xaxis", k), "yaxis": ref("yaxis", k),
-                    "line": {"color": colour, "width": 2.5 if name == "all methods" else 1.6, "shape": "hv",
-                             "dash": "dash" if name == "all methods" else "solid"},
-                    "name": style.text(name), "legendgroup": name, "showlegend": k == 1,
-                    "meta": style.text(name),
+                    "line": {"color": colour, "width": 2.5 if is_total else 1.6, "shape": "hv",
+                             "dash": "dash" if is_total else "solid"},
+                    "name": label, "legendgroup": name, "showlegend": k == 1,
+                    "meta": label,
                     "hovertemplate": "%{meta}<br>%{x:.1f} " + unit + "<br>" + fmt + "<extra></extra>",
                 }
             )  # fmt: skip

@@ -40,7 +40,7 @@ def _scaling_kind(data: SweepData) -> tuple[str, str]:
         kind = str(fits.get("x") or "depth")
         label = fits.get("x_label")
         default = style.size_label_unit(kind)[0]
-        return kind, style.text(label) if isinstance(label, str) and label else default
+        return kind, style.text(label[0].upper() + label[1:]) if isinstance(label, str) and label else default
     kind = data.x_kind or ("depth" if data.is_depth_sweep else "params")
     return kind, style.size_label_unit(kind)[0]
 
@@ -73,7 +73,7 @@ def _band_and_line(
 ) -> list[Trace]:  # fmt: skip
     traces: list[Trace] = []
     band = [(x, lo, hi) for x, _, lo, hi in rows if lo is not None and hi is not None]
-    if len(band) >= 2:
+    if len(band) >= 2 and trustworthy:  # an unreliable fit's interval would only hide the data
         xs = [b[0] for b in band]
         traces.append(
             {
@@ -148,6 +148,18 @@ def _extrapolation_shade(layout: dict[str, Any], data_max: float | None, curve_m
             "y": 1.0, "yanchor": "top", "showarrow": False, "font": {"size": style.FONT_SIZE - 2, "color": style.MUTED},
         }
     )  # fmt: skip
+
+
+def _unreliable_note(layout: dict[str, Any], traces: list[Trace]) -> None:
+    if any(t.get("line", {}).get("dash") == "dash" and "(unreliable)" in t.get("name", "")
+           for t in traces):  # fmt: skip
+        bands = any(t.get("fill") == "toself" for t in traces)
+        layout["title"]["subtitle"] = {
+            "text": "dashed: fit flagged unreliable by `sweeper fit`, its interval not drawn (hover the line for why)"
+            + ("; shaded bands: 95% bootstrap intervals" if bands else ""),
+            "font": {"size": style.FONT_SIZE - 2, "color": style.MUTED},
+        }
+        layout["margin"]["t"] = 80
 
 
 def _marker_xs(traces: list[Trace]) -> list[float]:
@@ -244,6 +256,7 @@ def scaling(data: SweepData) -> FigureDict:
     if not traces:
         empty_note(layout, "No bracketed cell yet")
     else:
+        _unreliable_note(layout, traces)
         if not data.fits:
             layout["title"]["subtitle"] = {
                 "text": "grid best per size (open: not bracketed yet); run `sweeper fit DIR` for the power law",
@@ -354,13 +367,14 @@ def optimal_lr(data: SweepData) -> FigureDict:
             }
         )  # fmt: skip
     scale_axis_ticks(layout["xaxis"], kind, _marker_xs(traces))
-    lrs = [y for t in traces for y in t["y"] if y is not None and y > 0]
+    lrs = [y for t in traces if t.get("fill") != "toself" for y in t["y"] if y is not None and y > 0]
     if lrs:
         layout["yaxis"]["tickmode"] = "array"
         layout["yaxis"]["tickvals"], layout["yaxis"]["ticktext"] = log_ticks(min(lrs), max(lrs))
     if not traces:
         empty_note(layout, "No optimum yet")
     else:
+        _unreliable_note(layout, traces)
         if not data.fits:
             layout["title"]["subtitle"] = {
                 "text": "per cell: interpolated optimum (grid best where none); line: geometric mean over seeds; "
