@@ -178,6 +178,8 @@ def scaling(data: SweepData) -> FigureDict:
     kind, x_title = _scaling_kind(data)
     layout = style.base_layout(f"Best loss against {x_title.split(' (')[0].lower()}", height=460, uirevision="scaling")
     layout["xaxis"] = style.axis(x_title, log=True)
+    # below the plot: these figures sit half-width on the dashboard, and fit names are long
+    layout["legend"].update({"orientation": "h", "x": 0.0, "xanchor": "left", "y": -0.2, "yanchor": "top"})
     layout["yaxis"] = style.axis("Best " + data.objective_label[0].lower() + data.objective_label[1:])
     traces: list[Trace] = []
     data_max = curve_max = None
@@ -275,6 +277,8 @@ def optimal_lr(data: SweepData) -> FigureDict:
     layout = style.base_layout(f"Optimal learning rate against {x_title.split(' (')[0].lower()}", height=460,
                                uirevision="optimal_lr")  # fmt: skip
     layout["xaxis"] = style.axis(x_title, log=True)
+    # below the plot: these figures sit half-width on the dashboard, and fit names are long
+    layout["legend"].update({"orientation": "h", "x": 0.0, "xanchor": "left", "y": -0.2, "yanchor": "top"})
     layout["yaxis"] = style.axis("Optimal peak learning rate", log=True)
     traces: list[Trace] = []
     data_max = curve_max = None
