@@ -14,6 +14,9 @@ import pytest
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+# OpenMP's default spin-wait makes multi-threaded torch 10-25x slower when the cores are shared
+# (pytest beside Ray workers on 2 cores); it must be set before torch loads.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 @pytest.fixture(scope="session")
