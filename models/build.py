@@ -25,8 +25,16 @@ def build_model(
         from models.llama import LlamaLM
 
         model: StackedModel = LlamaLM(cfg, stack=stack)
+    elif cfg.family == "looped":
+        from models.looped import LoopedLM
+
+        model = LoopedLM(cfg, stack=stack)
+    elif cfg.family == "vit":
+        from models.vit import ViT
+
+        model = ViT(cfg, stack=stack)
     else:
-        raise ValueError(f"model family '{cfg.family}' is not available yet (available: llama)")
+        raise ValueError(f"unknown model family '{cfg.family}' (available: llama, looped, vit)")
     if device is not None or dtype is not None:
         model.to(device=device, dtype=dtype)
     model.init_weights(seed)  # type: ignore[operator]

@@ -18,6 +18,8 @@ Training FLOPs per token (PaLM appendix B convention, multiply-add = 2 FLOPs, ba
 nor norms, gains, RoPE, softmax or the loss. 12 L T d is attention's QK^T and AV (2 T d FLOPs each
 per token per layer forward, times 3), counted over the full T x T score matrix as is standard for
 MFU; a causal kernel skips about half of it.
+
+The looped LM and the ViT are counted in `models.family_counts` (same conventions).
 """
 
 from __future__ import annotations
@@ -28,8 +30,12 @@ from models.registry import make_scheme
 
 def count_params(cfg: ModelConfig) -> dict[str, int]:
     """{"total", "nonembed", "embedding", "head", "matmul"} parameters of one member."""
+    if cfg.family in ("looped", "vit"):
+        from models.family_counts import count_looped, count_vit
+
+        return count_looped(cfg) if cfg.family == "looped" else count_vit(cfg)
     if cfg.family != "llama":
-        raise ValueError(f"count_params: model family '{cfg.family}' is not available yet (available: llama)")
+        raise ValueError(f"count_params: unknown model family '{cfg.family}' (available: llama, looped, vit)")
     scheme = make_scheme(cfg.scheme, cfg.depth, cfg.scheme_options)
     d, h, depth = cfg.width, cfg.hidden, cfg.depth
     block_matrices = depth * (4 * d * d + 3 * d * h)
@@ -48,8 +54,12 @@ def count_params(cfg: ModelConfig) -> dict[str, int]:
 
 def flops_per_token(cfg: ModelConfig, seq_len: int | None = None) -> float:
     """Training FLOPs per token of one member: 6 N_matmul + 12 L T d (see the module docstring)."""
+    if cfg.family in ("looped", "vit"):
+        from models.family_counts import flops_looped, flops_vit
+
+        return flops_looped(cfg, seq_len) if cfg.family == "looped" else flops_vit(cfg)
     if cfg.family != "llama":
-        raise ValueError(f"flops_per_token: model family '{cfg.family}' is not available yet (available: llama)")
+        raise ValueError(f"flops_per_token: unknown model family '{cfg.family}' (available: llama, looped, vit)")
     d, h, depth = cfg.width, cfg.hidden, cfg.depth
     seq = cfg.seq_len if seq_len is None else seq_len
     matmul = depth * (4 * d * d + 3 * d * h) + d * cfg.vocab

@@ -43,10 +43,22 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def _ladder(name: str) -> str:
+def _ladder(name: str, family: str = "llama") -> str:
+    if family == "vit":
+        return "vit"
+    if family == "looped" or name.startswith("parcae-"):  # a looped model and its GPT baseline side by side
+        return "looped"
     if name.startswith("w128-L"):
         return "depth"
     return "tiny" if name.startswith(("tiny", "micro")) else "width"
+
+
+def _blocks(cfg: Any) -> str:
+    """L, or P/C/Q (prelude/core/coda) for a looped model."""
+    if cfg.family == "looped":
+        extra = cfg.extra
+        return f"{extra.get('prelude', 2)}/{extra.get('core', 2)}/{extra.get('coda', 2)}"
+    return str(cfg.depth)
 
 
 def collect(scheme: str, seq_len: int | None) -> dict[str, Any]:
@@ -64,8 +76,10 @@ def collect(scheme: str, seq_len: int | None) -> dict[str, Any]:
         cfg = replace(base, scheme=scheme)
         counts = count_params(cfg)
         rows.append({
-            "name": name, "ladder": _ladder(name), "width": cfg.width, "n_heads": cfg.n_heads, "depth": cfg.depth,
-            "mlp_hidden": cfg.hidden, "vocab": cfg.vocab, "seq_len": cfg.seq_len if seq_len is None else seq_len,
+            "name": name, "ladder": _ladder(name, cfg.family), "family": cfg.family, "blocks": _blocks(cfg),
+            "width": cfg.width, "n_heads": cfg.n_heads, "depth": cfg.depth,
+            "mlp_hidden": cfg.mlp_hidden or 4 * cfg.width if cfg.family == "vit" else cfg.hidden,
+            "vocab": cfg.vocab, "seq_len": cfg.seq_len if seq_len is None or cfg.family == "vit" else seq_len,
             "params": counts["total"], "params_nonembed": counts["nonembed"], "params_matmul": counts["matmul"],
             "flops_per_token": flops_per_token(cfg, seq_len),
         })
@@ -107,12 +121,16 @@ def run(args: argparse.Namespace) -> int:
             table.add_section()
         previous = row["ladder"]
         table.add_row(
-            row["name"], f"{row['width']}/{row['n_heads']}", str(row["depth"]), str(row["mlp_hidden"]), str(row["vocab"]),
+            row["name"], f"{row['width']}/{row['n_heads']}", row["blocks"], str(row["mlp_hidden"]), str(row["vocab"]),
             str(row["seq_len"]), f"{row['params']:,}", f"{row['params_nonembed']:,}", _short(row["flops_per_token"]),
         )
     console.print(table)
     console.print(f"[dim]{data['flops_definition']}; non-embed excludes the input embedding and the LM head; "
                   "V vocabulary, T sequence length.[/dim]")
+    console.print("[dim]looped (parcae-*): L = prelude/core/coda blocks, FLOPs at the mean training loop count with "
+                  "backprop through the last k loops; *-gpt is the non-looped baseline of the same blocks. "
+                  "vit: V classes, T tokens per image (patches + class token), FLOPs per token "
+                  "(see models/family_counts.py).[/dim]")
     schemes = Table(title="Normalization schemes (options go in scheme_options)", box=box.SIMPLE_HEAD, padding=(0, 1))
     schemes.add_column("scheme")
     schemes.add_column("wiring")

@@ -1,0 +1,41 @@
+"""Small looped models for the tests (built directly, so these tests do not depend on the family dispatch)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from models.config import ModelConfig
+from models.looped import LoopedLM
+
+
+def looped_config(scheme: str = "pre", *, prelude: int = 1, core: int = 2, coda: int = 1, width: int = 32,
+                  vocab: int = 48, seq_len: int = 8, **extra: Any) -> ModelConfig:
+    return ModelConfig(
+        family="looped", scheme=scheme, width=width, n_heads=2, depth=prelude + core + coda, vocab=vocab, seq_len=seq_len,
+        extra={"prelude": prelude, "core": core, "coda": coda, **extra},
+    )
+
+
+def make(cfg: ModelConfig, stack: int = 1, seed: int = 0, dtype: torch.dtype | None = None) -> LoopedLM:
+    model = LoopedLM(cfg, stack=stack)
+    if dtype is not None:
+        model.to(dtype)
+    model.init_weights(seed)
+    return model
+
+
+def perturb(model: torch.nn.Module, seed: int, size: float = 0.05) -> torch.nn.Module:
+    """Move every parameter off its initial value (gains, LayerRoPE scalars, injection too)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(size * torch.randn(param.shape, generator=gen, dtype=torch.float32).to(param.dtype))
+    return model
+
+
+@pytest.fixture
+def tokens() -> torch.Tensor:
+    return torch.randint(0, 48, (3, 9), generator=torch.Generator().manual_seed(7))
