@@ -9,8 +9,9 @@ included), then measures, with the goals of issue 6 in brackets:
 - browser (Debian's Chromium via Playwright, skipped with --no-browser or when absent):
   time to first render of a cold page load, of a warm one (plotly.js cached), and how long
   new results take to appear;
-- the writer's time with and without a dashboard polling it (issue 8: readers must not
-  slow the sweep).
+- how much a dashboard polling a sweep slows a trial of that sweep (issue 8: readers must
+  not slow the sweep): a fixed single-threaded workload timed while a driver appends
+  results, with and without a dashboard polled every second.
 Prints a table, or JSON with --json. A benchmark, not a test: nothing here asserts.
 """
 
@@ -29,7 +30,7 @@ from typing import Any
 
 from dashboards.data import Filters
 from dashboards.live import Dashboard
-from dashboards.synthetic import SyntheticSpec, SyntheticSweep, write_in_steps
+from dashboards.synthetic import SyntheticSpec, SyntheticSweep
 
 METHODS = ("pre", "post", "layerrope", "deepnet")
 DEPTHS = (4, 6, 8, 12, 16, 24, 32, 48, 64, 96)
@@ -145,6 +146,7 @@ def browser_bench(sweep: SyntheticSweep, fraction: float, step: float) -> dict[s
                     "page_ready_ms": nav,
                     "payload_bytes": page.evaluate("() => window.sweepDashboard.lastPayloadBytes"),
                     "poll_ms": page.evaluate("() => window.sweepDashboard.lastTimings"),
+                    "draw_ms": page.evaluate("() => window.sweepDashboard.drawMs"),
                 }
                 if label == "cold":
                     page.close()
@@ -167,27 +169,57 @@ def browser_bench(sweep: SyntheticSweep, fraction: float, step: float) -> dict[s
     return out
 
 
-def writer_bench(tmp: Path, with_dashboard: bool, spec: SyntheticSpec, steps: int) -> float:
-    """Seconds a writer process takes for `steps` advances, with or without a dashboard
-    polling the same directory every 0.25 s from this process."""
+def _train(seconds_of_work: int, out: Any) -> None:
+    """A stand-in for a trial: fixed single-threaded matmul work; puts its wall time."""
+    import os
+
+    os.environ["OMP_NUM_THREADS"] = "1"
+    import numpy as np
+
+    a = np.random.default_rng(0).random((256, 256))
+    t = time.perf_counter()
+    for _ in range(seconds_of_work * 400):
+        a = (a @ a) / 256.0
+    out.put(time.perf_counter() - t)
+
+
+def _paced_writer(root: str, spec: SyntheticSpec, period: float, stop: Any) -> None:
+    sweep = SyntheticSweep(root, spec)
+    i = 0
+    while not stop.is_set():
+        i += 1
+        sweep.advance(min(i / 200, 1.0))
+        stop.wait(period)
+
+
+def sweep_slowdown(tmp: Path, with_dashboard: bool, spec: SyntheticSpec, work: int) -> tuple[float, float, int]:
+    """(trial seconds, dashboard CPU seconds, polls): a trial process does fixed work while a
+    driver process appends results every 0.5 s, and, optionally, this process serves a
+    dashboard polled every second (the page's cadence) on the same directory."""
     root = tmp / ("with" if with_dashboard else "without")
     ctx = mp.get_context("spawn")
-    ready = ctx.Event()
-    proc = ctx.Process(target=write_in_steps, args=(str(root), spec, steps, None, ready))
-    proc.start()
-    ready.wait(120)
-    t = time.perf_counter()
+    stop, out = ctx.Event(), ctx.Queue()
+    writer = ctx.Process(target=_paced_writer, args=(str(root), spec, 0.5, stop))
+    writer.start()
+    while not (root / "store" / "points").is_dir():
+        time.sleep(0.05)
+    trainer = ctx.Process(target=_train, args=(work, out))
+    trainer.start()
     dash = None
-    since = 0
-    while proc.is_alive():
+    since, cpu, polls = 0, 0.0, 0
+    while trainer.is_alive():
         if with_dashboard:
+            c = time.process_time()
             if dash is None:
                 dash = Dashboard(root, min_interval=0.0)
             body, _ = dash.update(since, dash.model.epoch, Filters())
             since = json.loads(body)["rev"]
-        time.sleep(0.25)
-    proc.join()
-    return time.perf_counter() - t
+            cpu += time.process_time() - c
+            polls += 1
+        trainer.join(1.0)
+    stop.set()
+    writer.join(30)
+    return out.get(timeout=10), cpu, polls
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--updates", type=int, default=10, help="incremental updates to time")
     parser.add_argument("--dir", help="build the store here (default: a temporary folder, removed after)")
     parser.add_argument("--no-browser", action="store_true", help="skip the Chromium measurements")
-    parser.add_argument("--no-writer", action="store_true", help="skip the writer-slowdown measurement")
+    parser.add_argument("--no-writer", action="store_true", help="skip the sweep-slowdown measurement")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
@@ -217,12 +249,17 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_browser and shutil.which("chromium"):
             report["browser"] = browser_bench(sweep, fraction, step)
         if not args.no_writer:
-            small = SyntheticSpec(methods=METHODS, depths=DEPTHS[:6], seeds=(0, 1, 2), lrs_per_cell=LRS, steps=400,
+            small = SyntheticSpec(methods=METHODS, depths=DEPTHS[:6], seeds=(0, 1, 2, 3), lrs_per_cell=LRS, steps=400,
                                   report_every=10)  # fmt: skip
-            alone = [writer_bench(tmp / f"w{i}", False, small, 60) for i in range(2)]
-            polled = [writer_bench(tmp / f"p{i}", True, small, 60) for i in range(2)]
-            report["writer"] = {"alone_s": alone, "with_dashboard_s": polled,
-                                "slowdown": statistics.mean(polled) / statistics.mean(alone) - 1}  # fmt: skip
+            alone, polled = [], []
+            for i in range(3):  # interleaved, so a change in the machine's load hits both
+                alone.append(sweep_slowdown(tmp / f"w{i}", False, small, 3)[0])
+                polled.append(sweep_slowdown(tmp / f"p{i}", True, small, 3))
+            report["writer"] = {
+                "alone_s": alone, "with_dashboard_s": [p[0] for p in polled],
+                "dashboard_cpu_s": [p[1] for p in polled], "polls": [p[2] for p in polled],
+                "slowdown": statistics.median(p[0] for p in polled) / statistics.median(alone) - 1,
+            }  # fmt: skip
     finally:
         if not args.dir:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -259,14 +296,16 @@ def print_report(r: dict[str, Any]) -> None:
             print(f"browser {label} load: first render {x['first_render_ms']:.0f} ms after navigation (page ready at "
                   f"{x['page_ready_ms']:.0f} ms; plotly.js parse is most of it), payload {x['payload_bytes'] / 1e6:.2f} MB,"
                   f" poll {json.dumps({k: round(v) for k, v in (x['poll_ms'] or {}).items()})}")  # fmt: skip
+            print("  draw per figure (ms): " + ", ".join(f"{k} {v:.0f}" for k, v in (x["draw_ms"] or {}).items()))
         lat = b["update_latency_s"]
         print(f"browser: new results drawn {min(lat):.2f}-{max(lat):.2f} s after the store was written [goal < 2 s]; "
               f"draw {statistics.median(p['draw'] for p in b['update_poll_ms']):.0f} ms median")  # fmt: skip
     if "writer" in r:
         w = r["writer"]
-        print(f"writer: {statistics.mean(w['alone_s']):.2f} s alone, {statistics.mean(w['with_dashboard_s']):.2f} s with a "
-              f"dashboard polling every 0.25 s ({w['slowdown'] * 100:+.1f}%)")  # fmt: skip
-
+        print(f"sweep slowdown: a trial's fixed work took median {statistics.median(w['alone_s']):.2f} s while the driver "
+              f"wrote results every 0.5 s, {statistics.median(w['with_dashboard_s']):.2f} s with a dashboard polled every "
+              f"second as well ({w['slowdown'] * 100:+.1f}%); the dashboard used "
+              f"{sum(w['dashboard_cpu_s']) / max(sum(w['polls']), 1) * 1000:.0f} ms CPU per poll")  # fmt: skip
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -25,6 +25,7 @@
     firstRenderMs: null,
     lastPayloadBytes: 0,
     lastTimings: null, // milliseconds of the last poll: fetch (incl. server), parse, draw
+    drawMs: {}, // milliseconds of each figure's last Plotly.react
     lastError: null,
   };
   window.sweepDashboard = state; // for the browser tests and for debugging in the console
@@ -190,7 +191,9 @@
     for (const [axis, range] of Object.entries(userRanges[name] || {})) {
       layout[axis] = Object.assign({}, layout[axis], { range: range.slice(), autorange: false });
     }
+    const t0 = performance.now();
     return Plotly.react(div, data, layout, PLOT_CONFIG).then(() => {
+      state.drawMs[name] = performance.now() - t0;
       watchZoom(div, name);
       div.dataset.traces = String(data.length);
       div.dataset.points = String(data.reduce((n, t) => n + (Array.isArray(t.x) ? t.x.length : 0) + (Array.isArray(t.z) ? t.z.length : 0), 0));
@@ -206,7 +209,12 @@
     const changed = Object.keys(msg.figures || {});
     for (const name of changed) merge(name, msg.figures[name]);
     state.rev = msg.rev;
-    await Promise.all(changed.map(draw));
+    // one figure at a time, in page order, letting the browser paint in between: the top
+    // of the page appears first, and each figure's draw time is its own
+    for (const name of FIGURES.filter((n) => changed.includes(n))) {
+      await draw(name);
+      await new Promise((resolve) => requestAnimationFrame(() => resolve()));
+    }
     if (state.firstRenderMs === null && FIGURES.every((n) => state.figs[n] && state.figs[n].layout)) {
       state.firstRenderMs = performance.now();
     }
@@ -222,7 +230,9 @@
     const asked = generation;
     try {
       const t0 = performance.now();
-      const response = await fetch("/api/update?" + query(), { cache: "no-store" });
+      const pending = early !== null && asked === 0 ? early : fetch("/api/update?" + query(), { cache: "no-store" });
+      early = null;
+      const response = await pending;
       const text = await response.text();
       if (!response.ok) throw new Error(`HTTP ${response.status}: ${text.slice(0, 200)}`);
       if (asked !== generation) return; // the filters changed meanwhile; `finally` asks again
@@ -260,6 +270,10 @@
     schedule(0);
   }
 
-  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
-  else start();
+  // The first answer is fetched while plotly.js (4.8 MB) is still being parsed: this script
+  // runs before it (both are deferred, in order) and draws once the page is ready.
+  let early = fetch("/api/update?since=0", { cache: "no-store" });
+  // Deferred scripts run before DOMContentLoaded, which waits for plotly.js (deferred after us).
+  if (document.readyState === "complete") start();
+  else document.addEventListener("DOMContentLoaded", start);
 })();

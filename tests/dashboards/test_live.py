@@ -131,3 +131,21 @@ def test_a_damaged_chunk_is_reported_and_the_last_good_state_kept(tmp_path):
     assert bad["summary"] == good["summary"] and bad["figures"] == {}
     (sweep.root / "store" / "points" / "000000009999.parquet").unlink()
     assert poll(dash, good["rev"])["error"] is None
+
+
+def test_a_sweep_with_no_results_yet_shows_empty_figures_then_fills_in(tmp_path):
+    from sweeper.store import MANIFEST, STORE_VERSION, write_json_atomic
+
+    root = tmp_path / "s"
+    root.mkdir()
+    write_json_atomic(root / MANIFEST, {"store_version": STORE_VERSION, "name": "fresh"})  # launched, nothing stored yet
+    dash = Dashboard(root, min_interval=0.0)
+    empty = poll(dash, 0)
+    assert empty["error"] is None and empty["summary"]["n_points"] == 0
+    notes = [a["text"] for p in empty["figures"].values() for a in p["layout"].get("annotations", [])]
+    assert "No results yet" in notes and "No learning curve yet" in notes
+    sweep = SyntheticSweep(root, SMALL)  # the driver starts writing
+    sweep.advance(0.5)
+    filled = poll(dash, empty["rev"])
+    assert filled["summary"]["n_points"] == len(sweep.points)
+    assert filled["figures"]["loss_vs_lr"]["traces"]
