@@ -58,7 +58,9 @@ def build_store(root: Path, spec: SyntheticSpec, *, until: float, chunks: int) -
 
 
 def _chunk_files(root: Path) -> int:
-    return sum(1 for table in ("points", "curves") for p in (root / "store" / table).iterdir() if p.suffix == ".parquet")
+    return sum(
+        1 for table in ("points", "curves") for p in (root / "store" / table).iterdir() if p.suffix == ".parquet"
+    )
 
 
 def poll(dash: Dashboard, since: int) -> tuple[dict[str, Any], bytes, dict[str, float], float]:
@@ -281,7 +283,9 @@ def print_report(r: dict[str, Any]) -> None:
           f" {f['curve_rows']:,} curve rows")  # fmt: skip
     print("  per figure (ms): " + ", ".join(f"{k} {v * 1000:.0f}" for k, v in f["per_figure_s"].items()))
     print("incremental updates (server) [goal < 200 ms]:")
-    print(f"  {'events':>6} {'rows':>6} {'ms':>6} {'read':>6} {'figs':>6} {'KB':>7} {'KB gz':>6} {'traces':>6}  figures")
+    print(
+        f"  {'events':>6} {'rows':>6} {'ms':>6} {'read':>6} {'figs':>6} {'KB':>7} {'KB gz':>6} {'traces':>6}  figures"
+    )
     for u in r["server"]["updates"]:
         print(f"  {u['point_events']:>6} {u['curve_rows']:>6} {u['seconds'] * 1000:>6.0f} {u['refresh_s'] * 1000:>6.0f}"
               f" {u['figures_s'] * 1000:>6.0f} {u['bytes'] / 1e3:>7.1f} {u['gzip_bytes'] / 1e3:>6.1f} {u['traces']:>6}"
@@ -306,6 +310,7 @@ def print_report(r: dict[str, Any]) -> None:
               f"wrote results every 0.5 s, {statistics.median(w['with_dashboard_s']):.2f} s with a dashboard polled every "
               f"second as well ({w['slowdown'] * 100:+.1f}%); the dashboard used "
               f"{sum(w['dashboard_cpu_s']) / max(sum(w['polls']), 1) * 1000:.0f} ms CPU per poll")  # fmt: skip
+
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -76,7 +76,9 @@ class SweepData:
     sizes: tuple[str, ...] = ()  # ordered by depth, then parameters
     seeds: tuple[int, ...] = ()
     colours: dict[str, str] = field(default_factory=dict)
-    x_kind: str | None = None  # the manifest's scaling axis: "depth" or "params"
+    x_kind: str | None = (
+        None  # the manifest's scaling axis: "depth", "params", or "loops" (the depth column holds loop counts)
+    )
 
     @classmethod
     def build(
@@ -91,7 +93,9 @@ class SweepData:
     ) -> SweepData:
         points = points.sort("point_id") if points.height else points
         cells = cells.sort("cell_id") if cells.height else cells
-        methods = tuple(sorted(set(points["method"].drop_nulls().unique()) | set(cells["method"].drop_nulls().unique())))
+        methods = tuple(
+            sorted(set(points["method"].drop_nulls().unique()) | set(cells["method"].drop_nulls().unique()))
+        )
         return cls(
             name=name,
             points=points,
@@ -102,7 +106,7 @@ class SweepData:
             sizes=tuple(order_sizes(points, cells)),
             seeds=tuple(sorted(set(points["seed"].drop_nulls().unique()) | set(cells["seed"].drop_nulls().unique()))),
             colours=style.method_colours(methods),
-            x_kind=x_kind if x_kind in ("depth", "params", "compute") else None,
+            x_kind=x_kind if x_kind in ("depth", "params", "compute", "loops") else None,
         )
 
     def filtered(self, filters: Filters) -> SweepData:
@@ -167,12 +171,18 @@ class SweepData:
             )
             for row in agg.iter_rows(named=True):
                 out[row["size"]] = {k: float(row[k]) for k in ("depth", "params", "compute") if row[k] is not None}
+                if row["depth"] is not None:
+                    out[row["size"]]["loops"] = float(row["depth"])  # a loop-count sweep stores T as its depth
         if self.cells.height:
-            for row in self.cells.select("size", "depth", "params").unique(subset="size").sort("size").iter_rows(named=True):
+            for row in (
+                self.cells.select("size", "depth", "params").unique(subset="size").sort("size").iter_rows(named=True)
+            ):
                 entry = out.setdefault(row["size"], {})
                 for key in ("depth", "params"):
                     if key not in entry and row[key] is not None:
                         entry[key] = float(row[key])
+                if "depth" in entry:
+                    entry.setdefault("loops", entry["depth"])
         return out
 
 

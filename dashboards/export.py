@@ -65,12 +65,16 @@ def check_static_export() -> str:
     try:
         import kaleido  # noqa: F401
     except ImportError:
-        raise UserError("static formats need kaleido: `pip install 'layerrope-sweeper[export]'` (or ask only for --format html)") from None
+        raise UserError(
+            "static formats need kaleido: `pip install 'layerrope-sweeper[export]'` (or ask only for --format html)"
+        ) from None
     chrome = find_chrome()
     if chrome is None:
         where = os.environ.get("BROWSER_PATH")
         detail = f"BROWSER_PATH={where} is not an executable" if where else "none found on this machine"
-        raise UserError(f"static formats (png, svg, pdf) need Chrome or Chromium for kaleido: {detail}; {INSTALL_CHROME}")
+        raise UserError(
+            f"static formats (png, svg, pdf) need Chrome or Chromium for kaleido: {detail}; {INSTALL_CHROME}"
+        )
     return chrome
 
 
@@ -100,12 +104,14 @@ def _index_page(name: str, written: dict[str, list[str]]) -> str:
     title = html.escape(name)
     rows = []
     for fig, (fig_title, _) in figures.FIGURES.items():
-        links = " · ".join(f'<a href="{html.escape(f)}">{html.escape(f.rsplit(".", 1)[-1])}</a>' for f in written.get(fig, []))
+        links = " · ".join(
+            f'<a href="{html.escape(f)}">{html.escape(f.rsplit(".", 1)[-1])}</a>' for f in written.get(fig, [])
+        )
         preview = next((f for f in written.get(fig, []) if f.endswith((".png", ".svg"))), None)
         image = f'<br><img src="{html.escape(preview)}" alt="{html.escape(fig_title)}" width="900">' if preview else ""
         rows.append(f"<section><h2>{html.escape(fig_title)}</h2><p>{links}</p>{image}</section>")
     return (
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{title}: plots</title>"
         "<style>body{font-family:Arial,Helvetica,sans-serif;margin:2rem;color:#222}h2{font-size:1.1rem}</style>"
         f"</head><body><h1>{title}</h1>\n" + "\n".join(rows) + "\n</body></html>\n"

@@ -169,11 +169,15 @@ class LiveModel:
             return {}
         rows = rows.select(CURVE_COLUMNS)  # deduplicated by load_curves
         if self._curve_keys.height:
-            rows = rows.join(self._curve_keys, on="point_id", how="left").filter(
-                pl.col("_a").is_null()
-                | (pl.col("attempt") > pl.col("_a"))
-                | ((pl.col("attempt") == pl.col("_a")) & (pl.col("step") > pl.col("_s")))
-            ).drop("_a", "_s")
+            rows = (
+                rows.join(self._curve_keys, on="point_id", how="left")
+                .filter(
+                    pl.col("_a").is_null()
+                    | (pl.col("attempt") > pl.col("_a"))
+                    | ((pl.col("attempt") == pl.col("_a")) & (pl.col("step") > pl.col("_s")))
+                )
+                .drop("_a", "_s")
+            )
         if rows.height == 0:
             return {}
         keys = rows.group_by("point_id").agg(
@@ -182,7 +186,9 @@ class LiveModel:
         )
         merged = self._curve_keys.join(keys, on="point_id", how="full", coalesce=True)
         newer = pl.col("_na").is_not_null() & (
-            pl.col("_a").is_null() | (pl.col("_na") > pl.col("_a")) | ((pl.col("_na") == pl.col("_a")) & (pl.col("_ns") > pl.col("_s")))
+            pl.col("_a").is_null()
+            | (pl.col("_na") > pl.col("_a"))
+            | ((pl.col("_na") == pl.col("_a")) & (pl.col("_ns") > pl.col("_s")))
         )
         self._curve_keys = merged.select(
             "point_id",
@@ -212,8 +218,8 @@ class LiveModel:
             ids = sorted(pids)
             fresh = figures.prepare_curves(self.curves[group].filter(pl.col("point_id").is_in(ids)), budget)
             old = self.drawn.get(group)
-            self.drawn[group] = fresh if old is None else pl.concat(
-                [old.filter(~pl.col("point_id").is_in(ids)), fresh], how="vertical"
+            self.drawn[group] = (
+                fresh if old is None else pl.concat([old.filter(~pl.col("point_id").is_in(ids)), fresh], how="vertical")
             )
 
     # Derived --------------------------------------------------------------------------------
@@ -223,7 +229,10 @@ class LiveModel:
         with self.lock:
             if self._data is None or self._data[0] != self.version:
                 empty = pl.DataFrame(schema={c: pl.Utf8 for c in ("point_id", "method", "size")})
-                self._data = (self.version, SweepData.build(self.name, self.points, self.cells, empty, self.fits, x_kind=self.x_kind))
+                self._data = (
+                    self.version,
+                    SweepData.build(self.name, self.points, self.cells, empty, self.fits, x_kind=self.x_kind),
+                )
             return self._data[1]
 
     def n_curves(self) -> int:
@@ -232,7 +241,11 @@ class LiveModel:
     def summary(self) -> dict[str, Any]:
         states = dict(self.points.group_by("state").len().iter_rows()) if self.points.height else {}
         statuses = dict(self.cells.group_by("status").len().iter_rows()) if self.cells.height else {}
-        stamps = self.points.select(pl.max_horizontal("started_at", "finished_at").max()).item() if self.points.height else None
+        stamps = (
+            self.points.select(pl.max_horizontal("started_at", "finished_at").max()).item()
+            if self.points.height
+            else None
+        )
         return {
             "points": {k: int(v) for k, v in sorted(states.items())},
             "cells": {k: int(v) for k, v in sorted(statuses.items())},
@@ -343,7 +356,10 @@ class View:
                 traces += cached.traces
                 lates.append(cached.late)
         layout, _ = figures.learning_curves_layout(
-            data, np.concatenate(lates) if lates else np.zeros(0), shown=n_shown if shown is not None else None, total=total
+            data,
+            np.concatenate(lates) if lates else np.zeros(0),
+            shown=n_shown if shown is not None else None,
+            total=total,
         )
         self._store("learning_curves", {"data": traces, "layout": layout})
 

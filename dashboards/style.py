@@ -171,4 +171,5 @@ def size_label_unit(kind: str) -> tuple[str, bool]:
         "depth": ("Depth (blocks)", True),
         "params": ("Parameters", True),
         "compute": ("Training compute (FLOP)", True),
+        "loops": ("Loop count T (core iterations)", True),
     }.get(kind, (kind, True))

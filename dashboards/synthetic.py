@@ -114,7 +114,12 @@ class SyntheticSweep:
         self.root.mkdir(parents=True, exist_ok=True)
         write_json_atomic(
             self.root / MANIFEST,
-            {"store_version": STORE_VERSION, "name": spec.name, "compat_key": "synthetic", "corpus": "synthetic-corpus"},
+            {
+                "store_version": STORE_VERSION,
+                "name": spec.name,
+                "compat_key": "synthetic",
+                "corpus": "synthetic-corpus",
+            },
         )
         self.writer = StoreWriter(self.root)
         self.points = self._plan()
@@ -243,7 +248,9 @@ class SyntheticSweep:
                 point_rows.append(row)
             elif p.start <= t < p.end and curve_rows and curve_rows[-1]["point_id"] == p.point_id:
                 last = curve_rows[-1]
-                point_rows.append(self._row(p, "running", started_at=p.start, steps=last["step"], tokens=last["tokens"]))
+                point_rows.append(
+                    self._row(p, "running", started_at=p.start, steps=last["step"], tokens=last["tokens"])
+                )
         point_rows.sort(key=lambda r: (r.get("finished_at") or r.get("started_at") or 0.0, r["point_id"]))
         curve_rows.sort(key=lambda r: (r["time"], r["point_id"]))
         if curve_rows:
@@ -356,7 +363,9 @@ class SyntheticSweep:
         return fits
 
 
-def write_in_steps(root: str, spec: SyntheticSpec, steps: int, compact_at: int | None = None, ready: Any = None) -> None:
+def write_in_steps(
+    root: str, spec: SyntheticSpec, steps: int, compact_at: int | None = None, ready: Any = None
+) -> None:
     """Write a whole synthetic sweep in `steps` advances, as fast as possible (a process
     target for concurrency tests and benchmarks; `ready` is set once the writer exists)."""
     sweep = SyntheticSweep(root, spec)

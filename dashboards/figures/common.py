@@ -120,7 +120,9 @@ def facets(
 
 
 def _present(data: SweepData, column: str) -> set[str]:
-    return set(data.points[column].drop_nulls().unique().to_list()) | set(data.cells[column].drop_nulls().unique().to_list())
+    return set(data.points[column].drop_nulls().unique().to_list()) | set(
+        data.cells[column].drop_nulls().unique().to_list()
+    )
 
 
 def present_methods(data: SweepData) -> list[str]:
@@ -225,7 +227,7 @@ def scale_axis_ticks(axis: dict[str, Any], kind: str, xs: list[float]) -> None:
     xs = sorted({x for x in xs if x and x > 0})
     if not xs:
         return
-    if kind == "depth":
+    if kind in ("depth", "loops"):
         axis["tickmode"] = "array"
         axis["tickvals"] = xs
         axis["ticktext"] = [f"{x:g}" for x in xs]
@@ -249,5 +251,3 @@ def size_legend(data: SweepData, sizes: list[str], fig: str) -> list[Trace]:
             }
         )  # fmt: skip
     return out
-
-

@@ -91,7 +91,9 @@ def curve_group_traces(
     if frame.height == 0:
         return []
     bad_ids = sorted(pid for pid in frame["point_id"].unique().to_list() if states.get(pid) in BAD_STATES)
-    frame = frame.with_columns(pl.col("point_id").is_in(bad_ids).alias("_bad")).sort("_bad", "lr", "seed", "point_id", "tokens")
+    frame = frame.with_columns(pl.col("point_id").is_in(bad_ids).alias("_bad")).sort(
+        "_bad", "lr", "seed", "point_id", "tokens"
+    )
     traces = []
     for bad in (False, True):
         part = frame.filter(pl.col("_bad") == bad)

@@ -180,7 +180,9 @@ def loss_vs_lr(data: SweepData, *, facet: str = "method") -> FigureDict:
         div = (
             in_panel.filter(pl.col("state") == "diverged")
             .group_by("method", "size", "lr")
-            .agg(pl.len().alias("n"), pl.col("diverged_step").min().alias("step"), pl.col("reason").drop_nulls().first())
+            .agg(
+                pl.len().alias("n"), pl.col("diverged_step").min().alias("step"), pl.col("reason").drop_nulls().first()
+            )
             .sort("method", "size", "lr")
         )
         add_markers("diverged", div, style.DIVERGED_SYMBOL, [y_top_marker] * div.height, 9,

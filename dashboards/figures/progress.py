@@ -114,7 +114,9 @@ def progress(data: SweepData) -> FigureDict:
     rates = np.where(ends > starts, tokens / np.maximum(ends - starts, 1e-9), 0.0)
     bins = 120
     edges = np.linspace(t0, max(t_end, t0 + 1.0), bins + 1)
-    overlap = np.clip(np.minimum(ends[:, None], edges[None, 1:]) - np.maximum(starts[:, None], edges[None, :-1]), 0, None)
+    overlap = np.clip(
+        np.minimum(ends[:, None], edges[None, 1:]) - np.maximum(starts[:, None], edges[None, :-1]), 0, None
+    )
     rate = (overlap * rates[:, None]).sum(axis=0) / np.diff(edges)
     centres = (edges[:-1] + edges[1:]) / 2
     traces.append(

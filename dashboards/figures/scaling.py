@@ -166,7 +166,9 @@ def _marker_xs(traces: list[Trace]) -> list[float]:
     """x of every marker (measured points, held-out points, targets) and the end of every
     fitted curve: where ticks belong."""
     xs = [x for t in traces if "markers" in t.get("mode", "") for x in t["x"] if x is not None]
-    xs += [t["x"][-1] for t in traces if t.get("uid") and t.get("mode") == "lines" and t["x"] and t["x"][-1] is not None]
+    xs += [
+        t["x"][-1] for t in traces if t.get("uid") and t.get("mode") == "lines" and t["x"] and t["x"][-1] is not None
+    ]
     return xs
 
 

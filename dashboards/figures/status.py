@@ -34,7 +34,9 @@ def status_grid(data: SweepData) -> FigureDict:
         return {"data": [], "layout": layout}
     layout["yaxis"]["tickmode"] = "array"
     layout["yaxis"]["tickvals"] = [style.text(m) for m in methods]
-    layout["yaxis"]["ticktext"] = [f"<span style='color:{data.colours[m]}'><b>{style.text(m)}</b></span>" for m in methods]
+    layout["yaxis"]["ticktext"] = [
+        f"<span style='color:{data.colours[m]}'><b>{style.text(m)}</b></span>" for m in methods
+    ]
     status = group_status(data)
     counts = {
         (r["method"], r["size"]): r

@@ -72,21 +72,33 @@ def test_dashboard_renders_every_panel_and_shows_new_results_without_reload(live
     done_before = page.locator("#summary").inner_text()
     rev = page.evaluate("() => window.sweepDashboard.rev")
     assert live_sweep.advance(0.7) > 0  # the real StoreWriter appends point, curve and cell rows
-    took = wait_for(page, f"() => window.sweepDashboard.rev > {rev} && document.getElementById('fig-loss_vs_lr').dataset.rev > {rev}", 10)
+    took = wait_for(
+        page,
+        f"() => window.sweepDashboard.rev > {rev} && document.getElementById('fig-loss_vs_lr').dataset.rev > {rev}",
+        10,
+    )
     print(f"new results drawn {took:.2f} s after they were written")
     assert page.locator("#summary").inner_text() != done_before
     after = {p: page.evaluate(COUNT_POINTS, p) for p in PANELS}
     assert after["loss_vs_lr"] > before["loss_vs_lr"] and after["learning_curves"] > before["learning_curves"]
     assert page.evaluate("() => window.__notReloaded === true")
     assert page.evaluate("() => performance.getEntriesByType('navigation').length") == 1
-    zoom = page.evaluate("() => { const l = document.getElementById('fig-loss_vs_lr').layout; return [l.xaxis.range, l.yaxis.range]; }")
+    zoom = page.evaluate(
+        "() => { const l = document.getElementById('fig-loss_vs_lr').layout; return [l.xaxis.range, l.yaxis.range]; }"
+    )
     assert zoom == [[-3.5, -2.5], [3.3, 4.2]]  # the user's zoom survived the update
 
     # filters: hide a method, then show everything again
     page.locator("#filter-method input[value='pre']").uncheck()
-    wait_for(page, """() => { const gd = document.getElementById('fig-loss_vs_lr');
+    wait_for(
+        page,
+        """() => { const gd = document.getElementById('fig-loss_vs_lr');
         const lines = gd.data.filter(t => t.mode === 'lines+markers');
-        return lines.length > 0 && lines.every(t => t.meta[0] !== 'pre'); }""")
+        return lines.length > 0 && lines.every(t => t.meta[0] !== 'pre'); }""",
+    )
     page.locator("#filter-reset").click()
-    wait_for(page, """() => document.getElementById('fig-loss_vs_lr').data.some(t => t.mode === 'lines+markers' && t.meta[0] === 'pre')""")
+    wait_for(
+        page,
+        """() => document.getElementById('fig-loss_vs_lr').data.some(t => t.mode === 'lines+markers' && t.meta[0] === 'pre')""",
+    )
     assert page.problems == []  # type: ignore[attr-defined]  # no CSP violation, script error or alert

@@ -18,7 +18,9 @@ from dashboards.live import Dashboard
 from dashboards.synthetic import SyntheticSpec, write_in_steps
 from sweeper.store import load_cells, load_curves, load_points
 
-SPEC = SyntheticSpec(methods=("pre", "layerrope"), depths=(4, 8, 16), seeds=(0, 1), lrs_per_cell=4, steps=100, report_every=5)
+SPEC = SyntheticSpec(
+    methods=("pre", "layerrope"), depths=(4, 8, 16), seeds=(0, 1), lrs_per_cell=4, steps=100, report_every=5
+)
 STEPS = 60
 
 

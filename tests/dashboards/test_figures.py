@@ -63,7 +63,9 @@ def test_loss_vs_lr_lines_are_the_seed_means_of_the_stored_objectives(finished):
     ok = finished.points.filter(pl.col("state") == "ok")
     for (method, size), frame in ok.group_by("method", "size"):
         trace = by_uid(spec, "loss_vs_lr", "method", method, size, "line")
-        expected = frame.group_by("lr").agg(pl.col("objective").mean(), pl.col("objective").min().alias("lo")).sort("lr")
+        expected = (
+            frame.group_by("lr").agg(pl.col("objective").mean(), pl.col("objective").min().alias("lo")).sort("lr")
+        )
         assert trace["x"] == expected["lr"].to_list()
         assert np.allclose(trace["y"], expected["objective"].to_numpy())
         assert trace["line"]["color"] == finished.size_shade(method, size)
@@ -187,7 +189,11 @@ def test_scaling_without_fits_shows_the_cells_best_losses(midway):
     for method in midway.methods:
         trace = by_uid(spec, "scaling", method, "observed")
         mine = cells.filter(pl.col("method") == method)
-        expected = mine.group_by("depth").agg(pl.col("best_objective").mean(), (pl.col("status") == "bracketed").all()).sort("depth")
+        expected = (
+            mine.group_by("depth")
+            .agg(pl.col("best_objective").mean(), (pl.col("status") == "bracketed").all())
+            .sort("depth")
+        )
         assert trace["x"] == expected["depth"].cast(float).to_list()
         assert np.allclose(trace["y"], expected["best_objective"].to_numpy())
         assert trace["marker"]["symbol"] == ["circle" if b else "circle-open" for b in expected["status"]]
@@ -256,7 +262,11 @@ def test_learning_curves_downsample_but_keep_each_curves_extremes(finished):
     states = dict(zip(finished.points["point_id"], finished.points["state"]))
     ok_ids = [p for p in curves["point_id"].unique() if states[p] not in ("diverged", "failed")]
     assert len(runs) == len(ok_ids)
-    stored_min = sorted(curves.filter(pl.col("point_id").is_in(ok_ids)).group_by("point_id").agg(pl.col("train_loss").min())["train_loss"])
+    stored_min = sorted(
+        curves.filter(pl.col("point_id").is_in(ok_ids))
+        .group_by("point_id")
+        .agg(pl.col("train_loss").min())["train_loss"]
+    )
     drawn_min = sorted(min(v for v in r if v is not None) for r in runs)
     assert np.allclose(drawn_min, stored_min, atol=1e-4)
 
@@ -278,7 +288,9 @@ def test_status_grid_colours_each_cell_by_status_and_counts_points(midway):
     heat = spec["data"][0]
     order = list(style.STATUS_COLOURS)
     status = group_status(midway)
-    counts = midway.points.group_by("method", "size").agg(pl.len(), pl.col("state").is_in(["ok", "diverged", "failed"]).sum().alias("done"))
+    counts = midway.points.group_by("method", "size").agg(
+        pl.len(), pl.col("state").is_in(["ok", "diverged", "failed"]).sum().alias("done")
+    )
     for r in counts.iter_rows(named=True):
         i = heat["y"].index(r["method"])
         j = heat["x"].index(r["size"])
@@ -318,7 +330,12 @@ def test_one_colour_per_method_in_every_figure(finished):
             meta = trace.get("meta")
             method = meta[0] if isinstance(meta, list) and meta and meta[0] in finished.colours else None
             colour = (trace.get("line") or {}).get("color")
-            if method and isinstance(colour, str) and colour.startswith("#") and name in ("scaling", "optimal_lr", "progress"):
+            if (
+                method
+                and isinstance(colour, str)
+                and colour.startswith("#")
+                and name in ("scaling", "optimal_lr", "progress")
+            ):
                 assert colour == finished.colours[method], (name, trace["uid"])
 
 
@@ -326,7 +343,9 @@ def test_names_from_the_yaml_are_escaped_wherever_plotly_renders_html(tmp_path):
     from dashboards.data import load_sweep
     from dashboards.synthetic import SyntheticSpec, SyntheticSweep
 
-    sweep = SyntheticSweep(tmp_path / "s", SyntheticSpec(methods=("pre", HOSTILE), depths=(4, 8), lrs_per_cell=4, steps=40))
+    sweep = SyntheticSweep(
+        tmp_path / "s", SyntheticSpec(methods=("pre", HOSTILE), depths=(4, 8), lrs_per_cell=4, steps=40)
+    )
     sweep.finish()
     data = load_sweep(sweep.root)
     rendered = {"name", "text", "hovertemplate", "meta", "customdata", "ticktext", "tickvals", "x", "y", "hovertext"}

@@ -13,7 +13,9 @@ from dashboards.live import Dashboard, LiveModel
 from dashboards.synthetic import SyntheticSpec, SyntheticSweep
 from sweeper.store import load_curves, load_points
 
-SMALL = SyntheticSpec(methods=("pre", "layerrope"), depths=(4, 8), seeds=(0, 1), lrs_per_cell=4, steps=60, report_every=10)
+SMALL = SyntheticSpec(
+    methods=("pre", "layerrope"), depths=(4, 8), seeds=(0, 1), lrs_per_cell=4, steps=60, report_every=10
+)
 
 
 def poll(dash: Dashboard, since: int = 0, epoch: str | None = None, filters: Filters = Filters()) -> dict:
@@ -85,7 +87,9 @@ def test_polls_send_everything_first_then_only_what_changed(tmp_path):
     assert 0 < sent < total  # only the changed traces travel
     assert len(json.dumps(update)) < len(json.dumps(full))
     # the client's merge of full + update equals a fresh full answer
-    merged = {n: {"order": p["order"], "traces": dict(p["traces"]), "layout": p["layout"]} for n, p in full["figures"].items()}
+    merged = {
+        n: {"order": p["order"], "traces": dict(p["traces"]), "layout": p["layout"]} for n, p in full["figures"].items()
+    }
     for name, part in update["figures"].items():
         merged[name]["traces"].update(part.get("traces", {}))
         merged[name]["order"] = part.get("order", merged[name]["order"])
@@ -113,8 +117,16 @@ def test_filters_are_views_of_their_own(tmp_path):
     only = poll(dash, 0, filters=Filters(methods=frozenset({"layerrope"}), seeds=frozenset({1})))
     lines = [t for t in only["figures"]["loss_vs_lr"]["traces"].values() if t.get("mode") == "lines+markers"]
     assert lines and all(t["meta"][0] == "layerrope" for t in lines)
-    assert only["options"]["methods"] == [{"name": "layerrope", "colour": "#D55E00"}, {"name": "pre", "colour": "#0072B2"}]
-    cells = [c for t in only["figures"]["loss_vs_lr"]["traces"].values() if t.get("name") == "best grid point" for c in t["customdata"]]
+    assert only["options"]["methods"] == [
+        {"name": "layerrope", "colour": "#D55E00"},
+        {"name": "pre", "colour": "#0072B2"},
+    ]
+    cells = [
+        c
+        for t in only["figures"]["loss_vs_lr"]["traces"].values()
+        if t.get("name") == "best grid point"
+        for c in t["customdata"]
+    ]
     assert cells and all(c[1] == 1 for c in cells)  # seed 1 only
     everything = poll(dash, 0)
     assert len(everything["figures"]["loss_vs_lr"]["order"]) > len(only["figures"]["loss_vs_lr"]["order"])
@@ -138,7 +150,9 @@ def test_a_sweep_with_no_results_yet_shows_empty_figures_then_fills_in(tmp_path)
 
     root = tmp_path / "s"
     root.mkdir()
-    write_json_atomic(root / MANIFEST, {"store_version": STORE_VERSION, "name": "fresh"})  # launched, nothing stored yet
+    write_json_atomic(
+        root / MANIFEST, {"store_version": STORE_VERSION, "name": "fresh"}
+    )  # launched, nothing stored yet
     dash = Dashboard(root, min_interval=0.0)
     empty = poll(dash, 0)
     assert empty["error"] is None and empty["summary"]["n_points"] == 0

@@ -67,7 +67,9 @@ def test_static_renderings_are_byte_identical_on_every_run(finished, tmp_path):
 
 def test_without_chrome_static_formats_exit_2_naming_what_to_install(finished_dir, tmp_path):
     out = tmp_path / "out"
-    result = plots(str(finished_dir), "--out", str(out), "--format", "html,png", env={"BROWSER_PATH": str(tmp_path / "no-chrome")})
+    result = plots(
+        str(finished_dir), "--out", str(out), "--format", "html,png", env={"BROWSER_PATH": str(tmp_path / "no-chrome")}
+    )
     assert result.returncode == 2
     assert "apt install chromium" in result.stderr and "plotly_get_chrome" in result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1

@@ -21,11 +21,12 @@ from dashboards.synthetic import SyntheticSpec, SyntheticSweep
 from .conftest import HOSTILE, ServerProcess, start_dashboard
 
 
-
 @pytest.fixture(scope="module")
 def sweep_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("server") / "sweep"
-    spec = SyntheticSpec(methods=("pre", HOSTILE), depths=(4, 8), lrs_per_cell=4, steps=40, name='<script>alert("x")</script>')
+    spec = SyntheticSpec(
+        methods=("pre", HOSTILE), depths=(4, 8), lrs_per_cell=4, steps=40, name='<script>alert("x")</script>'
+    )
     SyntheticSweep(root, spec).advance(0.7)
     (root.parent / "secret.txt").write_text("outside the sweep")
     return root
@@ -39,7 +40,9 @@ def server(sweep_dir: Path) -> Iterator[ServerProcess]:
     srv.proc.wait(10)
 
 
-def request(srv: ServerProcess, path: str, *, method: str = "GET", headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+def request(
+    srv: ServerProcess, path: str, *, method: str = "GET", headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=20)
     conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
     for key, value in ({"Host": f"127.0.0.1:{srv.port}"} | (headers or {})).items():
@@ -75,7 +78,10 @@ def assert_alive(srv: ServerProcess) -> None:
 def test_serves_the_page_its_script_and_plotly_offline_with_security_headers(server):
     status, headers, body = request(server, "/")
     assert status == 200 and b'<script src="/static/plotly.min.js"' in body
-    assert "script-src 'self'" in headers["content-security-policy"] and "frame-ancestors 'none'" in headers["content-security-policy"]
+    assert (
+        "script-src 'self'" in headers["content-security-policy"]
+        and "frame-ancestors 'none'" in headers["content-security-policy"]
+    )
     assert headers["x-content-type-options"] == "nosniff" and headers["x-frame-options"] == "DENY"
     assert b"http://" not in body and b"https://" not in body  # no CDN: nothing leaves the machine
     status, headers, body = request(server, "/static/plotly.min.js", headers={"Accept-Encoding": "gzip"})
@@ -197,7 +203,8 @@ def test_binds_to_loopback_only_by_default(server):
     assert mine == ["0100007F:" + port_hex]  # 127.0.0.1, nothing else
     v6 = Path("/proc/net/tcp6")
     if v6.exists():
-        assert not [l for l in v6.read_text().splitlines()[1:] if l.split()[1].endswith(":" + port_hex) and l.split()[3] == "0A"]
+        rows = [line.split() for line in v6.read_text().splitlines()[1:]]
+        assert not [cols for cols in rows if cols[1].endswith(":" + port_hex) and cols[3] == "0A"]
 
 
 def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
@@ -226,7 +233,9 @@ def test_an_explicit_host_is_honoured_and_warned_about(sweep_dir):
     srv = start_dashboard(sweep_dir, "--host", "0.0.0.0")
     try:
         assert srv.url.startswith("http://0.0.0.0:")
-        assert request(srv, "/api/health", headers={"Host": "my-workstation:8050"})[0] == 200  # no host check when exposed
+        assert (
+            request(srv, "/api/health", headers={"Host": "my-workstation:8050"})[0] == 200
+        )  # no host check when exposed
     finally:
         srv.proc.terminate()
         _, err = srv.proc.communicate(timeout=10)
