@@ -82,11 +82,14 @@ class TrainConfig(StrictModel):
     checkpoint_every: PositiveInt = 200  # steps
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU
-    compile: bool = False
+    compile: bool = False  # regional torch.compile of the blocks + a compiled optimizer step (trials.engine)
     threads: PositiveInt | None = None  # torch intra-op threads; None: the trial's CPU share
     objective: Literal["loss", "error"] = "loss"  # error: 1 - top-1 accuracy (ViT)
     budget_params: Literal["total", "nonembed"] = "total"  # which parameter count tokens_per_param multiplies (per member)
     drop_diverged: bool = True  # rebuild the stack without diverged members so they cost no compute
+    fused_loss: bool = True  # LM head + cross-entropy in row chunks, gradients on the way (LLaMA; same math)
+    sync_every: PositiveInt | None = None  # steps between host reads of the losses; None: 1 on CPU, 16 on CUDA
+    cuda_graphs: bool = False  # CUDA only: capture the whole step in one CUDA graph (implies deferred reads)
 
     @model_validator(mode="after")
     def _one_budget(self) -> "TrainConfig":

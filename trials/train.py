@@ -38,8 +38,9 @@ from trials.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoin
 from trials.data import check_vocab, open_source
 from trials.data.base import seed_words
 from trials.divergence import DivergenceMonitor
+from trials.engine import DeviceStep, compile_regions, make_optimizer, resolve_execution
 from trials.errors import TrialInputError
-from trials.optim import StackedAdamW
+from trials.fused_loss import member_losses as fused_member_losses
 from trials.schedule import LRSchedule, total_steps
 from trials.spec import PointResult, StepReport, TrialSpec
 
@@ -76,8 +77,6 @@ class Trial:
     def __init__(self, spec: TrialSpec) -> None:
         self.spec = spec
         train, cfg = spec.train, spec.model
-        if train.compile:
-            raise TrialInputError("train.compile: not supported by this build of trials yet (eager mode only); set it to false")
         if cfg.family != "llama":
             raise TrialInputError(f"model.family {cfg.family!r}: this build of trials trains the llama family only")
         self.source = open_source(spec.data)
@@ -93,6 +92,7 @@ class Trial:
         self.tokens_per_step = train.batch_size * cfg.seq_len
         self.device = resolve_device(train.device)
         self.autocast = resolve_autocast(train.dtype, self.device)
+        self.execution = resolve_execution(train, self.device)
         if train.threads:
             torch.set_num_threads(train.threads)
 
@@ -102,11 +102,15 @@ class Trial:
         except ValueError as exc:
             raise TrialInputError(f"model: {exc}") from None
         self.slots = list(range(k))  # member index held by each slot of the current stack
-        opt = train.optimizer
-        self.opt = StackedAdamW(
-            self.model.param_specs(), spec.lrs, betas=opt.betas, eps=opt.eps,
-            weight_decay=opt.weight_decay, grad_clip=opt.grad_clip,
-        )
+        if self.execution.compile:
+            compile_regions(self.model)
+        self.opt = make_optimizer(self.model, spec.lrs, train, self.execution)
+        self.device_step: DeviceStep | None = None
+        if self.execution.deferred:
+            self.device_step = DeviceStep(
+                self._losses, self.opt, self.autocast, spec.divergence.explode_factor, graphs=self.execution.cuda_graphs
+            )
+        self._pending: list[tuple[int, torch.Tensor]] = []  # (step, [K] losses on the device) not yet observed
         self.stream = self.source.train_stream(train.batch_size, cfg.seq_len, data_order_seed(spec.data.seed, spec.seed))
         self.eval_data = [
             torch.from_numpy(b).to(self.device) for b in self.source.eval_batches(train.eval_batches, train.batch_size, cfg.seq_len)
@@ -153,6 +157,8 @@ class Trial:
             started = time.perf_counter()
             self.train_step()
             self.step += 1
+            if self._pending and self.sync_due(ckpt_root is not None):
+                self.sync()
             evaluate = self.step % train.eval_every == 0 or self.step == self.steps
             if evaluate and self.active:
                 self.evaluate()
@@ -164,6 +170,7 @@ class Trial:
                 written = self.save(ckpt_root)
             if report is not None and (self.step % train.report_every == 0 or evaluate or written):
                 report(self.step_report(done=False, checkpoint=written))
+        self.sync()  # stopped between two reads: observe what was trained
         if self.finished and self.active and self.eval_step[self.active[0]] != self.step:
             started = time.perf_counter()
             self.evaluate()  # e.g. resumed from a checkpoint of a finished trial saved before its evaluation
@@ -178,24 +185,64 @@ class Trial:
             report(last)
         return results
 
+    def sync_due(self, checkpoints: bool) -> bool:
+        """Deferred mode reads the losses every `sync_every` steps and wherever the host needs the
+        divergence state: before an evaluation, a report, a checkpoint, and at the end."""
+        train, step = self.spec.train, self.step
+        return (
+            step % self.execution.sync_every == 0 or step >= self.steps or step % train.eval_every == 0
+            or step % train.report_every == 0 or (checkpoints and step % train.checkpoint_every == 0)
+        )
+
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.autocast is None:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.autocast)
 
-    def train_step(self) -> None:
-        batch = torch.from_numpy(self.stream.next_batch()).to(self.device, non_blocking=True)
-        inputs, targets = batch[:, :-1], batch[:, 1:]
-        with self._autocast():
-            losses = self.model.member_losses(inputs, targets)
-        values = losses.detach().float().cpu().tolist()
+    def _losses(self, inputs: torch.Tensor, targets: Any, **extra: Any) -> torch.Tensor:
+        """The `[K]` training losses of the current stack (fused head + loss where it applies)."""
+        if self.execution.fused_loss:
+            return fused_member_losses(self.model, inputs, targets, **extra)
+        return self.model.member_losses(inputs, targets, **extra)
+
+    def _observe(self, step: int, values: list[float]) -> None:
+        """Give the divergence monitor one step's training losses (one per slot of the stack)."""
         observed = {m: values[i] for i, m in enumerate(self.slots) if not self.monitor.members[m].diverged}
-        self.monitor.observe(self.step, observed)
+        self.monitor.observe(step, observed)
         for m, v in observed.items():
             self.last_loss[m] = v
             if math.isfinite(v):
                 self._interval_sum[m] += v
                 self._interval_n[m] += 1
+
+    def sync(self) -> None:
+        """Deferred mode: read the collected losses back (one host sync), run the divergence rules over
+        them step by step, then mask or drop members that diverged."""
+        if not self._pending:
+            return
+        steps = [step for step, _ in self._pending]
+        values = torch.stack([losses for _, losses in self._pending]).cpu().tolist()
+        self._pending.clear()
+        for step, row in zip(steps, values):
+            self._observe(step, row)
+        alive = [not self.monitor.members[m].diverged for m in self.slots]
+        if all(alive):
+            return
+        self.opt.active.copy_(torch.tensor(alive, device=self.device) & self.opt.active)
+        if any(alive) and self.spec.train.drop_diverged:
+            self.drop_diverged()
+
+    def train_step(self) -> None:
+        batch = torch.from_numpy(self.stream.next_batch()).to(self.device, non_blocking=True)
+        inputs, targets = batch[:, :-1], batch[:, 1:]
+        extra: dict[str, Any] = {}
+        if self.device_step is not None:  # deferred: nothing is read back here
+            losses = self.device_step.run(inputs, targets, extra, self.schedule.factor(self.step))
+            self._pending.append((self.step, losses))
+            return
+        with self._autocast():
+            losses = self._losses(inputs, targets, **extra)
+        self._observe(self.step, losses.detach().float().cpu().tolist())
         alive = [not self.monitor.members[m].diverged for m in self.slots]
         if not any(alive):
             return
@@ -215,9 +262,18 @@ class Trial:
         model = build_model(self.spec.model, stack=len(keep), seed=self.spec.seed, device=self.device)
         for j, i in enumerate(keep):
             model.load_member_state_dict(j, self.model.member_state_dict(i))
+        if self.execution.compile:
+            compile_regions(model)
         self.opt.compact(keep, model.param_specs())
         self.model = model
         self.slots = [self.slots[i] for i in keep]
+        self._reset_device_step()
+
+    def _reset_device_step(self) -> None:
+        """The device step follows the stack: new buffers, the slots' initial losses, a new graph."""
+        if self.device_step is not None:
+            self.device_step.reset(self.opt, [self.monitor.members[m].init_loss for m in self.slots])
+
 
     @torch.no_grad()
     def evaluate(self) -> None:
@@ -376,11 +432,16 @@ class Trial:
         self.slots = list(state["slots"])
         if len(self.slots) != self.spec.stack:
             self.model = build_model(self.spec.model, stack=len(self.slots), seed=self.spec.seed, device=self.device)
+            if self.execution.compile:
+                compile_regions(self.model)
             self.opt.compact(list(range(len(self.slots))), self.model.param_specs())
         self.model.load_state_dict({k: v.to(self.device) for k, v in tensors["model"].items()})
         self.opt.load_state_tensors({k: v.to(self.device) for k, v in tensors["optimizer"].items()}, state["optimizer_step"])
         self.stream.load_state(state["data"])
         self.monitor.load_state_dict(state["divergence"])
+        if hasattr(self.opt, "active"):  # flat optimizer: diverged members still in the stack stay masked
+            self.opt.active.copy_(torch.tensor([not self.monitor.members[m].diverged for m in self.slots], device=self.device))
+        self._reset_device_step()
         self.step, self.train_seconds = int(state["step"]), float(state["train_seconds"])
         self._saved_step = self.step
         self.eval_loss, self.eval_step, self.accuracy = state["eval_loss"], state["eval_step"], state["accuracy"]

@@ -1,0 +1,168 @@
+"""`sweeper bench`: how fast one cell trains here, against this machine's own matmul peak.
+
+    sweeper bench --method pre --width 128 --depth 8 --threads 2 --compile
+    sweeper bench --method pre --width 128 --depth 8 --stack 4 --compare
+    sweeper bench --method layerrope --width 128 --depth 512 --stack 8 --device cuda --dtype bf16 --compile --cuda-graphs
+
+Trains a real trial (the built-in corpus, the sweeps' training loop and optimizer) for a few
+warm-up steps (reported apart: the first one compiles) and then `--steps` measured steps, and
+prints tokens/s (summed over the stack's members), model FLOP/s (6 N_matmul + 12 L T d per token,
+and the 6 N part alone), a dense matmul peak measured in the same run on the same device, dtype
+and threads, and their ratio; wall time and CPU time, and the load average (the machine may be
+shared). `--compare` trains K separate models and one K-stack in interleaved rounds and prints
+the stack's speed-up. `--json` prints everything as one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from typing import Any
+
+from sweeper.errors import UserError
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "bench",
+        help="training throughput of one cell (tokens/s, FLOP/s, fraction of the measured matmul peak)",
+        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--method", default="pre", help="normalization scheme (see `sweeper models`; default pre)")
+    p.add_argument("--width", type=int, default=128, help="model width d (default 128)")
+    p.add_argument("--depth", type=int, default=8, help="number of blocks L (default 8)")
+    p.add_argument("--heads", type=int, default=None, help="attention heads (default width / 32)")
+    p.add_argument("--stack", type=int, default=1, help="learning rates trained as one stacked model (default 1)")
+    p.add_argument("--compile", action="store_true", help="regional torch.compile of the blocks + compiled optimizer step")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--dtype", choices=["fp32", "bf16"], default=None, help="fp32, or bf16 autocast (default: fp32 on cpu, bf16 on cuda)")
+    p.add_argument("--seq-len", type=int, default=128, help="tokens per sequence (default 128)")
+    p.add_argument("--batch", type=int, default=8, help="sequences per step (default 8)")
+    p.add_argument("--vocab", type=int, default=256, help="vocabulary (default 256, the built-in corpus's bytes)")
+    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
+    p.add_argument("--steps", type=int, default=30, help="measured training steps (default 30)")
+    p.add_argument("--warmup", type=int, default=3, help="warm-up steps before measuring, reported apart (default 3)")
+    p.add_argument("--compare", action="store_true", help="also train K = --stack separate models, interleaved, and compare")
+    p.add_argument("--no-fused-loss", action="store_true", help="the model's own head + cross-entropy instead of the fused one")
+    p.add_argument("--sync-every", type=int, default=None, help="steps between host reads of the losses (default 1 cpu, 16 cuda)")
+    p.add_argument("--cuda-graphs", action="store_true", help="capture the whole step in one CUDA graph (cuda only)")
+    p.add_argument("--cold-compile", action="store_true",
+                   help="compile into an empty cache (the first step then shows the full compile time)")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    p.set_defaults(func=run)
+
+
+def _check(args: argparse.Namespace) -> None:
+    for name in ("width", "depth", "stack", "seq_len", "batch", "vocab", "steps"):
+        value = getattr(args, name)
+        if value < 1:
+            raise UserError(f"--{name.replace('_', '-')}: must be >= 1 (got {value})")
+    for name in ("threads", "heads", "sync_every"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UserError(f"--{name.replace('_', '-')}: must be >= 1 (got {value})")
+    if args.warmup < 1:
+        raise UserError(f"--warmup: must be >= 1 (got {args.warmup}); the first step is never measured")
+    heads = args.heads or max(1, args.width // 32)
+    if args.width % heads or (args.width // heads) % 2:
+        raise UserError(f"--width {args.width} / --heads {heads}: the head width must be a whole even number")
+    if args.cuda_graphs and args.device != "cuda":
+        raise UserError("--cuda-graphs: needs --device cuda")
+    if args.compare and args.stack < 2:
+        raise UserError("--compare: give --stack K >= 2 (K separate models against one K-stack)")
+    if args.compare and args.steps < 5:
+        raise UserError(f"--compare: give --steps >= 5 (got {args.steps}); they are split into 5 interleaved rounds")
+    from models.registry import scheme_names
+
+    names = scheme_names()
+    if args.method not in names:
+        from sweeper.catalog import suggest
+
+        raise UserError(f"--method {args.method!r}: unknown scheme{suggest(args.method, names)} (available: {', '.join(names)})")
+
+
+def run(args: argparse.Namespace) -> int:
+    _check(args)
+    # Before torch loads: OpenMP's default spin-wait makes 2 threads 10-25x slower on a shared machine.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if args.cold_compile:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="sweeper-bench-inductor-")
+        os.environ["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"
+        os.environ["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "0"
+    from trials.bench import BenchSettings, run_bench
+    from trials.errors import TrialInputError
+
+    settings = BenchSettings(
+        method=args.method, width=args.width, depth=args.depth, heads=args.heads, stack=args.stack, compile=args.compile,
+        device=args.device, dtype=args.dtype or ("bf16" if args.device == "cuda" else "fp32"), seq_len=args.seq_len,
+        batch=args.batch, vocab=args.vocab, threads=args.threads, steps=args.steps, warmup=args.warmup,
+        fused_loss=not args.no_fused_loss, sync_every=args.sync_every, cuda_graphs=args.cuda_graphs, compare=args.compare,
+        rounds=5,
+    )
+    try:
+        result = run_bench(settings)
+    except TrialInputError as exc:
+        raise UserError(exc.message) from None
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print_result(result)
+    return 0
+
+
+def _si(x: float, unit: str) -> str:
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {prefix}{unit}"
+    return f"{x:.3g} {unit}"
+
+
+def print_result(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    s, m, c = result["settings"], result["machine"], result["counting"]
+    console.print(
+        f"[bold]{s['method']}[/] d{s['width']} L{s['depth']} vocab {s['vocab']}, seq {s['seq_len']} x batch {s['batch']}, "
+        f"stack {s['stack']}, {s['dtype']} on {m['device']}{' (' + m['gpu'] + ')' if 'gpu' in m else ''}, "
+        f"{m['threads']} threads (OMP_WAIT_POLICY {m['omp_wait_policy']}); {result['execution']}",
+        highlight=False,
+    )
+    console.print(
+        f"{c['params']:,} parameters per member ({c['params_matmul']:,} in matmuls); FLOPs per token "
+        f"{_si(c['flops_per_token'], 'FLOP')} = 6N {_si(c['flops_per_token_6n'], 'FLOP')} + attention "
+        f"{_si(c['flops_per_token_attention'], 'FLOP')}",
+        highlight=False,
+    )
+    warm = ", ".join(f"{x:.2f}" for x in result["warmup_step_s"])
+    console.print(f"build {result['build_s']:.2f} s; warm-up steps (not measured) {warm} s", highlight=False)
+    table = Table(header_style="bold")
+    table.add_column("")
+    runs = result["runs"]
+    for name in runs:
+        table.add_column(f"{s['stack']}-stack" if name == "stack" else f"{s['stack']} separate models", justify="right")
+    rows = [
+        ("measured steps", lambda r: str(r["steps"])),
+        ("step time (median)", lambda r: f"{1000 * r['step_s_median']:.1f} ms"),
+        ("tokens/s", lambda r: f"{r['tokens_per_s']:,.0f}"),
+        ("tokens per CPU-second", lambda r: f"{r['tokens_per_cpu_s']:,.0f}" if r["tokens_per_cpu_s"] else "—"),
+        ("model FLOP/s (6N + attention)", lambda r: f"{_si(r['model_flops_per_s'], 'FLOP/s')} = {100 * r['fraction_of_peak']:.1f}%"),
+        ("6N FLOP/s", lambda r: f"{_si(r['model_flops_6n_per_s'], 'FLOP/s')} = {100 * r['fraction_of_peak_6n']:.1f}%"),
+    ]
+    for label, cell in rows:
+        table.add_row(label, *(cell(r) for r in runs.values()))
+    console.print(table)
+    peaks = ", ".join(f"{x:.1f}" for x in result["matmul_peak_gflops_before_after"])
+    console.print(f"matmul peak {result['matmul_peak_gflops']:.1f} GFLOP/s (before, after: {peaks})", highlight=False)
+    if "stack_speedup" in result:
+        cpu = result.get("stack_speedup_cpu")
+        console.print(
+            f"stack of {s['stack']} vs {s['stack']} separate models: {result['stack_speedup']:.2f}x the tokens/s"
+            + (f" ({cpu:.2f}x per CPU-second)" if cpu else ""),
+            highlight=False,
+        )
+    console.print(f"load average {result['loadavg_start']} at start, {result['loadavg_end']} at end", highlight=False)

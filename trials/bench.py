@@ -1,0 +1,247 @@
+"""Training throughput, measured: the code behind `sweeper bench`.
+
+A benchmark builds a real trial (`trials.train.Trial`: the data stream, the divergence check,
+the optimizer and every execution option of the sweeps) and drives its training steps:
+
+1. warm-up steps (default 3; the first one compiles when `compile` is on), timed one by one and
+   reported apart, never counted in the throughput;
+2. `steps` measured steps (default 30): wall time, and this process's CPU time (all threads),
+   which a busy machine inflates much less than wall time;
+3. a dense matmul peak (`models.bench.matmul_peak_gflops`: 1024^3 on the CPU, 8192^3 on a GPU,
+   same device, dtype and threads) measured before and after the steps; the higher one is the
+   peak the run is compared with.
+
+Figures (every one per member, summed over the K members of a stack):
+- tokens/s = K x batch x seq_len x steps / wall seconds of the measured steps;
+- model FLOP/s = tokens/s x `models.flops_per_token` = 6 N_matmul + 12 L T d (attention over the
+  full T x T matrix), and the 6 N_matmul part alone (the CPU target is stated that way);
+- fraction of peak = model FLOP/s / matmul peak, for both counts.
+
+`compare`: K separate stack-1 trials against one K-stack trial, in interleaved rounds (each round
+runs a few steps of every separate model, then of the stack) so that load from other processes
+falls on both alike; the ratio is the stack's tokens/s over the separate models' tokens/s.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from models import ModelConfig, count_params, flops_per_token
+from models.bench import matmul_peak_gflops
+from trials.config import DataConfig, DivergenceConfig, TrainConfig
+from trials.spec import TrialSpec
+from trials.train import Trial
+
+BENCH_LR = 1e-3  # small enough that no member diverges during a benchmark
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    method: str = "pre"
+    width: int = 128
+    depth: int = 8
+    heads: int | None = None  # default width / 32
+    stack: int = 1
+    compile: bool = False
+    device: str = "cpu"
+    dtype: str = "fp32"
+    seq_len: int = 128
+    batch: int = 8
+    vocab: int = 256
+    threads: int | None = None
+    steps: int = 30
+    warmup: int = 3
+    fused_loss: bool = True
+    sync_every: int | None = None
+    cuda_graphs: bool = False
+    compare: bool = False
+    rounds: int = 5  # compare: interleaved rounds
+
+    def model(self) -> ModelConfig:
+        heads = self.heads or max(1, self.width // 32)
+        return ModelConfig(scheme=self.method, width=self.width, depth=self.depth, n_heads=heads, vocab=self.vocab,
+                           seq_len=self.seq_len)
+
+    def spec(self, stack: int) -> TrialSpec:
+        train = TrainConfig(
+            steps=self.warmup + self.steps * (2 if self.compare else 1) + 1, batch_size=self.batch,
+            eval_every=10**9, report_every=10**9, checkpoint_every=10**9, device=self.device,  # type: ignore[arg-type]
+            dtype=self.dtype, compile=self.compile, threads=self.threads, fused_loss=self.fused_loss,  # type: ignore[arg-type]
+            sync_every=self.sync_every, cuda_graphs=self.cuda_graphs,
+        )
+        # Real text (the interpreter's stdlib sources, bytes) when the vocabulary holds bytes; else a synthetic source.
+        data = DataConfig() if self.vocab >= 256 else DataConfig(source="synthetic", synthetic_vocab=self.vocab)
+        lrs = [BENCH_LR * (1 + 0.1 * i) for i in range(stack)]
+        return TrialSpec(model=self.model(), train=train, data=data, divergence=DivergenceConfig(), lrs=lrs, seed=0)
+
+
+@dataclass
+class Timing:
+    """Measured steps of one trial: wall and CPU seconds per step."""
+
+    wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+
+    @property
+    def wall_total(self) -> float:
+        return sum(self.wall)
+
+    @property
+    def cpu_total(self) -> float:
+        return sum(self.cpu)
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def advance(trial: Trial) -> None:
+    """One training step as `Trial.run` takes it (the deferred read when one is due)."""
+    trial.train_step()
+    trial.step += 1
+    if trial._pending and trial.sync_due(False):
+        trial.sync()
+
+
+def run_steps(trial: Trial, n: int, timing: Timing) -> None:
+    """`n` steps timed as one block (asynchronous devices are synchronized at its end only)."""
+    _synchronize(trial.device)
+    start, cpu_start = time.perf_counter(), time.process_time()
+    for _ in range(n):
+        advance(trial)
+    trial.sync()
+    _synchronize(trial.device)
+    timing.wall.append((time.perf_counter() - start) / n)
+    timing.cpu.append((time.process_time() - cpu_start) / n)
+    for _ in range(n - 1):  # per-step entries, so that totals and medians read naturally
+        timing.wall.append(timing.wall[-1])
+        timing.cpu.append(timing.cpu[-1])
+
+
+def warm_up(trial: Trial, steps: int) -> list[float]:
+    """Warm-up steps, timed one by one (the first one includes compilation)."""
+    out = []
+    for _ in range(steps):
+        _synchronize(trial.device)
+        start = time.perf_counter()
+        advance(trial)
+        trial.sync()
+        _synchronize(trial.device)
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def peak_gflops(settings: BenchSettings, device: torch.device) -> float:
+    dtype = torch.bfloat16 if settings.dtype == "bf16" else torch.float32
+    if device.type == "cuda":
+        return matmul_peak_gflops(8192, repeats=10, device=device, dtype=dtype, inner=5)
+    return matmul_peak_gflops(1024, repeats=20, device=device, dtype=dtype)
+
+
+def machine(device: torch.device) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "device": device.type, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(default)"), "torch": torch.__version__,
+    }
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    return info
+
+
+def figures(settings: BenchSettings, stack: int, timing: Timing, peak: float) -> dict[str, Any]:
+    cfg = settings.model()
+    counts = count_params(cfg)
+    six_n = 6.0 * counts["matmul"]
+    per_token = flops_per_token(cfg)
+    tokens = stack * settings.batch * settings.seq_len * len(timing.wall)
+    wall, cpu = timing.wall_total, timing.cpu_total
+    tokens_per_s = tokens / wall
+    return {
+        "stack": stack,
+        "steps": len(timing.wall),
+        "step_s_median": statistics.median(timing.wall),
+        "step_s_min": min(timing.wall),
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "tokens_per_s": tokens_per_s,
+        "tokens_per_cpu_s": tokens / cpu if cpu > 0 else None,
+        "model_flops_per_s": tokens_per_s * per_token,
+        "model_flops_6n_per_s": tokens_per_s * six_n,
+        "fraction_of_peak": tokens_per_s * per_token / (peak * 1e9),
+        "fraction_of_peak_6n": tokens_per_s * six_n / (peak * 1e9),
+    }
+
+
+def counting(settings: BenchSettings) -> dict[str, Any]:
+    cfg = settings.model()
+    counts = count_params(cfg)
+    attention = 12.0 * cfg.depth * cfg.seq_len * cfg.width
+    return {
+        "params": counts["total"], "params_matmul": counts["matmul"], "params_nonembed": counts["nonembed"],
+        "flops_per_token": flops_per_token(cfg), "flops_per_token_6n": 6.0 * counts["matmul"],
+        "flops_per_token_attention": attention,
+        "definition": "per member and token: 6 N_matmul (every parameter matmul incl. the LM head, not the embedding "
+                      "gather) + 12 L T d (attention scores and values over the full T x T matrix); norms, RoPE, "
+                      "softmax and the loss not counted",
+    }
+
+
+def build(settings: BenchSettings, stack: int) -> tuple[Trial, float]:
+    start = time.perf_counter()
+    trial = Trial(settings.spec(stack))
+    return trial, time.perf_counter() - start
+
+
+def run_bench(settings: BenchSettings) -> dict[str, Any]:
+    """Measure one configuration (and, with `compare`, K separate models against the stack)."""
+    load_start = os.getloadavg()
+    trial, build_s = build(settings, settings.stack)
+    device = trial.device
+    peaks = [peak_gflops(settings, device)]
+    warmup = warm_up(trial, settings.warmup)
+    result: dict[str, Any] = {
+        "settings": asdict(settings), "execution": trial.execution.describe(), "machine": machine(device),
+        "counting": counting(settings), "build_s": build_s, "warmup_step_s": warmup,
+        "compile_s_estimate": None,
+    }
+    if not settings.compare:
+        timing = Timing()
+        run_steps(trial, settings.steps, timing)
+        measured = {"stack": timing}
+    else:
+        singles = [build(settings, 1)[0] for _ in range(settings.stack)]
+        for single in singles:
+            warm_up(single, settings.warmup)
+        per_round = max(1, settings.steps // settings.rounds)
+        measured = {"stack": Timing(), "separate": Timing()}
+        for _ in range(settings.rounds):
+            separate = Timing()
+            for single in singles:
+                run_steps(single, per_round, separate)
+            # K separate models make one "step" of the same K x tokens: sum their times per step
+            for i in range(per_round):
+                measured["separate"].wall.append(sum(separate.wall[i::per_round]))
+                measured["separate"].cpu.append(sum(separate.cpu[i::per_round]))
+            run_steps(trial, per_round, measured["stack"])
+    peaks.append(peak_gflops(settings, device))
+    peak = max(peaks)
+    result["matmul_peak_gflops"] = peak
+    result["matmul_peak_gflops_before_after"] = peaks
+    result["runs"] = {name: figures(settings, settings.stack, t, peak) for name, t in measured.items()}
+    main = result["runs"]["stack"]
+    if warmup:
+        result["compile_s_estimate"] = max(0.0, warmup[0] - main["step_s_median"])
+    if settings.compare:
+        result["stack_speedup"] = main["tokens_per_s"] / result["runs"]["separate"]["tokens_per_s"]
+        cpu_sep, cpu_stack = result["runs"]["separate"]["tokens_per_cpu_s"], main["tokens_per_cpu_s"]
+        result["stack_speedup_cpu"] = cpu_stack / cpu_sep if cpu_sep and cpu_stack else None
+    result["loadavg_start"] = [round(x, 2) for x in load_start]
+    result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    return result

@@ -1,0 +1,192 @@
+"""How a trial's training step executes: eager, compiled, with deferred host syncs, in a CUDA graph.
+
+The trainer (`trials.train.Trial`) decides *what* a step computes; this module decides how fast.
+Every option computes the same training (the compiled paths agree with the eager one to float
+rounding, tested), and each is a `train` setting:
+
+- `compile: true` — *regional* compilation: each decoder block is compiled with
+  `nn.Module.compile()`. All blocks run the same code and keep their per-layer constants in
+  tensors, so Dynamo traces one block and every layer reuses the graph: compile time does not
+  grow with depth. The optimizer becomes `FlatStackedAdamW` with its update compiled (one graph
+  over 8-12 parameter groups, also depth-independent) and LRs, schedule factor and bias
+  corrections held in tensors, so a moving LR schedule never recompiles.
+- `fused_loss: true` (default) — the LM head and the cross-entropy in row chunks with gradients
+  computed on the way (`trials.fused_loss`); LLaMA decoder only.
+- `sync_every: N` — the divergence check reads the K training losses back to the host every N
+  steps instead of every step (default: 1 on CPU, where a read is free; 16 on CUDA, where each
+  read stalls the launch queue). Between reads the losses stay on the device, and the rules that
+  fire at once (non-finite loss, loss > explode_factor x initial loss) are applied on the device
+  in the same step, so such a member stops updating exactly when the per-step check would have
+  stopped it. The smoothed-loss rules (above-init, spike) are evaluated on the host over every
+  step's loss at the next read, with the same verdicts and steps; only a member diverging by
+  those rules trains up to N-1 more steps before it is masked (its own exported weights are
+  then later ones; no other member is affected: members share no arithmetic).
+- `cuda_graphs: true` (CUDA only) — the whole step (zeroing gradients, forward, loss, backward,
+  clipping, AdamW) is captured once in one CUDA graph after two warm-up steps and replayed: one
+  launch per step instead of ~150 per layer. Needs the deferred sync (a per-step read would be
+  the only thing left on the host) and static shapes; it is re-captured after the stack shrinks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from trials.config import TrainConfig
+from trials.errors import TrialInputError
+from trials.flat_optim import FlatStackedAdamW
+from trials.optim import StackedAdamW
+
+CUDA_SYNC_EVERY = 16
+GRAPH_WARMUP_STEPS = 2
+
+
+@dataclass(frozen=True)
+class Execution:
+    """The resolved execution settings of one trial."""
+
+    compile: bool
+    fused_loss: bool
+    sync_every: int
+    cuda_graphs: bool
+
+    @property
+    def flat_optimizer(self) -> bool:
+        return self.compile or self.deferred
+
+    @property
+    def deferred(self) -> bool:
+        """Steps run without reading anything back (losses collected on the device)."""
+        return self.sync_every > 1 or self.cuda_graphs
+
+    def describe(self) -> str:
+        parts = ["compiled" if self.compile else "eager"]
+        if self.fused_loss:
+            parts.append("fused loss")
+        if self.cuda_graphs:
+            parts.append("CUDA graph")
+        parts.append(f"sync every {self.sync_every}")
+        return ", ".join(parts)
+
+
+def resolve_execution(train: TrainConfig, device: torch.device) -> Execution:
+    sync_every = getattr(train, "sync_every", None)
+    graphs = bool(getattr(train, "cuda_graphs", False))
+    if graphs and device.type != "cuda":
+        raise TrialInputError(f"train.cuda_graphs: needs a CUDA device (the trial runs on {device.type}); set it to false")
+    if sync_every is None:
+        sync_every = CUDA_SYNC_EVERY if device.type == "cuda" else 1
+    return Execution(compile=bool(train.compile), fused_loss=bool(getattr(train, "fused_loss", True)),
+                     sync_every=int(sync_every), cuda_graphs=graphs)
+
+
+def compile_regions(model: nn.Module) -> int:
+    """Compile each repeated block in place (regional compilation); returns how many were wrapped."""
+    blocks = getattr(model, "blocks", None)
+    if not isinstance(blocks, nn.ModuleList):
+        return 0
+    for block in blocks:
+        block.compile()
+    return len(blocks)
+
+
+def make_optimizer(model: Any, lrs: list[float] | Tensor, train: TrainConfig, execution: Execution) -> Any:
+    opt = train.optimizer
+    kwargs = dict(betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay, grad_clip=opt.grad_clip)
+    if execution.flat_optimizer:
+        return FlatStackedAdamW(model.param_specs(), lrs, compile=execution.compile, **kwargs)
+    return StackedAdamW(model.param_specs(), lrs, **kwargs)
+
+
+class DeviceStep:
+    """One training step that reads nothing back to the host (deferred-sync and CUDA-graph modes).
+
+    Call `run(inputs, targets, extra, lr_scale)`; it returns the step's `[K]` training losses as a
+    device tensor (fp32, detached). Instant divergence rules are applied on the device: the
+    optimizer's `active` mask turns off a member whose loss is not finite or exceeds
+    `explode_factor` x its first loss (compared in float64, as the host monitor does).
+    """
+
+    def __init__(
+        self,
+        loss_fn: Callable[..., Tensor],
+        optimizer: FlatStackedAdamW,
+        autocast_dtype: torch.dtype | None,
+        explode_factor: float | None,
+        *,
+        graphs: bool = False,
+    ) -> None:
+        self.loss_fn, self.opt, self.autocast_dtype = loss_fn, optimizer, autocast_dtype
+        self.explode_factor = explode_factor
+        self.graphs = graphs
+        device = optimizer.lrs.device
+        self.init_losses = torch.full((optimizer.k,), math.nan, dtype=torch.float64, device=device)
+        self._graph: Any = None
+        self._eager_steps = 0
+        self._static: dict[str, Tensor] = {}
+
+    def reset(self, optimizer: FlatStackedAdamW, init_losses: list[float | None]) -> None:
+        """After the stack changed (members dropped, a checkpoint restored): new buffers, new graph."""
+        self.opt = optimizer
+        values = [math.nan if v is None else float(v) for v in init_losses]
+        self.init_losses = torch.tensor(values, dtype=torch.float64, device=optimizer.lrs.device)
+        self._graph = None
+        self._eager_steps = 0
+        self._static = {}
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        # No cast cache: a graph replay must cast the weights as they are now, not as at capture.
+        return torch.autocast(self.opt.lrs.device.type, dtype=self.autocast_dtype, cache_enabled=False)
+
+    def _body(self, inputs: Tensor, targets: Tensor, extra: dict[str, Any]) -> Tensor:
+        """Zero gradients, forward, instant divergence rules, backward, update. Graph-capturable."""
+        self.opt.zero_grad()
+        with self._autocast():
+            losses = self.loss_fn(inputs, targets, **extra)
+        seen = losses.detach().to(torch.float64)
+        first = torch.isnan(self.init_losses) & torch.isfinite(seen)
+        self.init_losses.copy_(torch.where(first, seen, self.init_losses))
+        ok = torch.isfinite(seen)
+        if self.explode_factor is not None:
+            ok = ok & ~(seen > self.explode_factor * self.init_losses)
+        self.opt.active.copy_(self.opt.active & ok)
+        losses.sum().backward()
+        self.opt.step_tensors()
+        return losses.detach().float()
+
+    def run(self, inputs: Tensor, targets: Tensor, extra: dict[str, Any], lr_scale: float) -> Tensor:
+        self.opt.set_scalars(lr_scale)
+        if not self.graphs or extra:
+            return self._body(inputs, targets, extra).clone()
+        if self._graph is None and self._eager_steps < GRAPH_WARMUP_STEPS:
+            # Warm-up on a side stream (CUDA graph rule): kernels chosen, compile caches filled.
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                losses = self._body(inputs, targets, extra).clone()
+            torch.cuda.current_stream().wait_stream(stream)
+            self._eager_steps += 1
+            return losses
+        if self._graph is None:
+            self._capture(inputs, targets)
+        self._static["inputs"].copy_(inputs, non_blocking=True)
+        self._static["targets"].copy_(targets, non_blocking=True)
+        self._graph.replay()
+        return self._static["losses"].clone()
+
+    def _capture(self, inputs: Tensor, targets: Tensor) -> None:
+        static_inputs, static_targets = inputs.clone(), targets.clone()
+        graph = torch.cuda.CUDAGraph()
+        torch.cuda.synchronize()
+        with torch.cuda.graph(graph):
+            static_losses = self._body(static_inputs, static_targets, {})
+        self._static = {"inputs": static_inputs, "targets": static_targets, "losses": static_losses}
+        self._graph = graph
