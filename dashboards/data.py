@@ -143,6 +143,10 @@ class SweepData:
     def objective_label(self) -> str:
         families = set(self.points["family"].drop_nulls().unique()) | set(self.cells["family"].drop_nulls().unique())
         if families and families <= {"vit"}:
+            # `train.objective` is loss or error (1 - top-1 accuracy); the finished points tell which
+            scored = self.points.filter(pl.col("objective").is_not_null() & pl.col("loss").is_not_null())
+            if scored.height and float((scored["objective"] - scored["loss"]).abs().max() or 0.0) < 1e-12:
+                return "Final eval loss (cross-entropy)"
             return "Top-1 error (final)"
         return "Final eval loss (nats/token)"
 
