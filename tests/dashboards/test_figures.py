@@ -324,20 +324,21 @@ def test_progress_totals_match_the_store(finished):
 
 
 def test_one_colour_per_method_in_every_figure(finished):
+    """Method-coloured traces use exactly the method's colour; size-shaded ones a shade of it."""
+    checked = {}
     for name, (_, build) in figures.FIGURES.items():
-        spec = build(finished)
-        for trace in spec["data"]:
+        for trace in build(finished)["data"]:
             meta = trace.get("meta")
-            method = meta[0] if isinstance(meta, list) and meta and meta[0] in finished.colours else None
+            method = meta[0] if isinstance(meta, list) and meta else meta
             colour = (trace.get("line") or {}).get("color")
-            if (
-                method
-                and isinstance(colour, str)
-                and colour.startswith("#")
-                and name in ("scaling", "optimal_lr", "progress")
-            ):
+            if method not in finished.colours or not isinstance(colour, str):
+                continue
+            if name in ("scaling", "optimal_lr", "progress"):
                 assert colour == finished.colours[method], (name, trace["uid"])
-
+            else:  # loss_vs_lr, learning_curves: one shade of the method's colour per size
+                assert colour in {finished.size_shade(method, s) for s in finished.sizes}, (name, trace["uid"])
+            checked[name] = checked.get(name, 0) + 1
+    assert set(checked) == {"scaling", "optimal_lr", "progress", "loss_vs_lr", "learning_curves"}
 
 def test_names_from_the_yaml_are_escaped_wherever_plotly_renders_html(tmp_path):
     from dashboards.data import load_sweep
