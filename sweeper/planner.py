@@ -27,7 +27,8 @@ from sweeper.schema import BYTE_VOCAB, MethodSpec, SweepConfig, deep_merge, reso
 from trials.config import DataConfig, DivergenceConfig, TrainConfig
 
 # Training settings that change how fast a trial runs, not what it computes.
-NON_RESULT_TRAIN_KEYS = ("device", "compile", "threads", "report_every", "checkpoint_every", "drop_diverged")
+NON_RESULT_TRAIN_KEYS = ("device", "compile", "threads", "report_every", "checkpoint_every", "drop_diverged",
+                         "fused_loss", "sync_every", "cuda_graphs")
 
 
 @dataclass(frozen=True)
@@ -255,21 +256,29 @@ def auto_stack(cell: Cell, queued: int, max_stack: int, host_memory_bytes: int |
     """How many learning rates one trial of `cell` trains together when `stack: auto`.
 
     Memory per member ≈ weights, gradients and two Adam moments (16 bytes per parameter)
-    plus activations (≈ 96·width bytes per token per layer in fp32, halved for bf16);
-    the budget is the trial's `memory_gb`, else for GPU trials 80 GiB × its GPU fraction,
-    else an even share of the host's memory. Never more than the queued points.
+    plus activations (≈ 96·width bytes per token per layer in fp32, halved for bf16) plus,
+    without the fused head + loss, the logits, their log-softmax and gradient (12 bytes per
+    token per vocabulary entry); the fused loss instead holds one chunk of logits per trial
+    (≤ 1 GiB on a GPU). The budget is the trial's `memory_gb`, else for GPU trials 80 GiB ×
+    its GPU fraction, else an even share of half the host's memory. Never more than the
+    queued points.
     """
-    bytes_act = 96 * cell.width * cell.model.seq_len * cell.train.batch_size * cell.depth
-    if cell.train.dtype == "bf16" or (cell.train.dtype == "auto" and cell.resources.get("GPU")):
+    tokens = cell.model.seq_len * cell.train.batch_size
+    gpu = bool(cell.resources.get("GPU"))
+    bytes_act = 96 * cell.width * tokens * cell.depth
+    if cell.train.dtype == "bf16" or (cell.train.dtype == "auto" and gpu):
         bytes_act //= 2
-    per_member = 16 * cell.params + bytes_act
+    fused = cell.family == "llama" and getattr(cell.train, "fused_loss", False)
+    bytes_logits = 0 if fused else 12 * tokens * cell.model.vocab
+    per_trial = (2**30 if gpu else 2**23) if fused else 0
+    per_member = 16 * cell.params + bytes_act + bytes_logits
     if cell.memory_gb:
         budget = cell.memory_gb * 2**30
-    elif cell.resources.get("GPU"):
+    elif gpu:
         budget = 80 * 2**30 * min(1.0, cell.resources["GPU"])
     elif host_memory_bytes:
         budget = 0.5 * host_memory_bytes / max(1, concurrency)
     else:
         budget = 4 * 2**30
-    fit = max(1, int(budget // max(1, per_member)))
+    fit = max(1, int((budget - per_trial) // max(1, per_member)))
     return max(1, min(queued, max_stack, fit))

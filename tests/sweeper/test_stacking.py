@@ -1,0 +1,89 @@
+"""Sweeps train stacks: a cell's queued learning rates go into one trial up to the YAML's `stack`
+(`auto`: as many as fit in memory), and each trial asks Ray for the YAML's resources (GPU fractions
+included). Driven through the real state machine, ledger and store, without Ray."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from sweeper.ledger import Ledger, storage_url
+from sweeper.planner import auto_stack, build_plan
+from sweeper.schema import validate_data
+from sweeper.state import SweepState
+from sweeper.store import StoreWriter
+
+
+def make_state(tmp_path: Path, **overrides: object) -> SweepState:
+    raw: dict = {
+        "name": "stacks",
+        "methods": ["pre", "layerrope"],
+        "model": {"width": 32, "heads": 2, "depths": [2, 4], "seq_len": 32},
+        "train": {"steps": 30, "batch_size": 4},
+        "lr": {"center": 3e-3, "points": 5, "refine": False},
+        "stack": 3,
+    }
+    raw.update(overrides)
+    plan = build_plan(validate_data(raw), output=str(tmp_path / "sweep"))
+    plan.sweep_dir.mkdir(parents=True, exist_ok=True)
+    state = SweepState(plan, Ledger(storage_url("sqlite", plan.sweep_dir)), StoreWriter(plan.sweep_dir),
+                       concurrency=100, host_memory=16 * 2**30)
+    state.load({})
+    return state
+
+
+def all_trials(state: SweepState) -> list[dict]:
+    configs = []
+    while (config := state.next_stack(f"t{len(configs)}")) not in (None, "FINISHED"):
+        configs.append(config)
+    return configs
+
+
+def test_a_cells_points_go_into_stacks_of_the_yamls_size(tmp_path: Path) -> None:
+    configs = all_trials(make_state(tmp_path, stack=3))
+    by_cell: dict[str, list[int]] = {}
+    for config in configs:
+        lrs, pids = config["spec"]["lrs"], config["spec"]["point_ids"]
+        assert all(pid.startswith(config["cell_id"] + "/lr=") for pid in pids)  # one cell per trial
+        assert len(set(lrs)) == len(lrs)
+        by_cell.setdefault(config["cell_id"], []).append(len(lrs))
+    assert len(by_cell) == 4  # 2 methods x 2 depths
+    assert all(sorted(sizes) == [2, 3] for sizes in by_cell.values())  # 5 initial points: 3 + 2
+
+
+def test_stack_auto_takes_the_whole_grid_when_it_fits_and_respects_max_stack(tmp_path: Path) -> None:
+    configs = all_trials(make_state(tmp_path, stack="auto"))
+    assert sorted(len(c["spec"]["lrs"]) for c in configs) == [5, 5, 5, 5]
+    configs = all_trials(make_state(tmp_path / "capped", stack="auto", max_stack=2))
+    assert max(len(c["spec"]["lrs"]) for c in configs) == 2
+
+
+def test_auto_stack_follows_memory(tmp_path: Path) -> None:
+    state = make_state(tmp_path, stack="auto", model={"width": 128, "heads": 4, "depths": [8], "seq_len": 128, "vocab": 32000},
+                       train={"steps": 10, "batch_size": 8})
+    cell = next(iter(state.cells.values()))
+    fused = replace(cell, memory_gb=1.0)  # per member: 16 B x 9.5M params + 12 KiB per token and layer
+    per_member = 16 * cell.params + 96 * 128 * 1024 * 8
+    assert auto_stack(fused, 8, 8, None, 1) == (2**30 - 2**23) // per_member == 4
+    unfused = replace(fused, train=cell.train.model_copy(update={"fused_loss": False}))
+    assert auto_stack(unfused, 8, 8, None, 1) == 2**30 // (per_member + 12 * 1024 * 32000) == 1  # + the logits
+    # A quarter of a GPU (80 GiB assumed) holds many; bf16 autocast halves the activations.
+    gpu = replace(cell, resources={"CPU": 1.0, "GPU": 0.25})
+    assert auto_stack(gpu, 500, 500, None, 1) == (20 * 2**30 - 2**30) // (16 * cell.params + 96 * 128 * 1024 * 8 // 2)
+    # Host memory is shared between the trials that run at once.
+    assert auto_stack(cell, 64, 64, 8 * 2**30, 4) < auto_stack(cell, 64, 64, 8 * 2**30, 1)
+    assert auto_stack(cell, 2, 8, 8 * 2**30, 1) == 2  # never more than the queued points
+
+
+def test_trials_ask_for_the_yamls_resources_gpu_fractions_included(tmp_path: Path) -> None:
+    resources = {"cpu": 2, "gpu": 0.25, "by_size": [{"max_depth": 2, "gpu": 0.125, "cpu": 1}]}
+    configs = all_trials(make_state(tmp_path, resources=resources))
+    by_depth = {c["spec"]["model"]["depth"]: c["resources"] for c in configs}
+    assert by_depth == {2: {"CPU": 1.0, "GPU": 0.125}, 4: {"CPU": 2.0, "GPU": 0.25}}
+    pytest.importorskip("ray")
+    from sweeper.searcher import trial_resources
+
+    bundles = trial_resources(configs[0]).bundles
+    assert bundles == [configs[0]["resources"]]
