@@ -108,6 +108,13 @@ class LoopSettings:
 LOOP_KEYS = tuple(f.name for f in fields(LoopSettings))
 
 
+def looped_depth(extra: Mapping[str, Any]) -> int:
+    """prelude + core + coda of a looped model's `extra` (the number of distinct blocks)."""
+    d = LoopSettings()
+    return (_int("looped", extra, "prelude", d.prelude, 0) + _int("looped", extra, "core", d.core, 1)
+            + _int("looped", extra, "coda", d.coda, 0))
+
+
 def loop_settings(cfg: ModelConfig) -> LoopSettings:
     """The looped family's settings from `cfg.extra` (ValueError naming the key when one is wrong)."""
     family, extra = "looped", cfg.extra

@@ -27,8 +27,9 @@ start at 0 (`mag_slope_init`).
 Drop-path (stochastic depth, `extra.drop_path`, DeiT 0.1): in training mode, each sublayer's output
 is zeroed for a random subset of the images and scaled by 1/keep for the others, with the rate rising
 linearly from 0 at block 1 to `drop_path` at block L; the same images are dropped in every member of
-the stack (like the data, the randomness is shared). It acts on the sublayer's raw output, before any
-output norm a scheme applies.
+the stack (like the data, the randomness is shared), drawn from `forward(..., drop_seed=s)`'s own
+generator when a seed is given (a trial gives one per step: exact resume). It acts on the sublayer's raw
+output, before any output norm a scheme applies.
 
 Initialisation (`init_weights(seed)`): one member drawn from `torch.Generator().manual_seed(seed)` in
 a fixed order (patch embedding, class token, position embeddings, per block qkv, o, fc1, fc2, head; all
@@ -251,11 +252,14 @@ class ViT(StackedModel):
         x = images.view(batch, channels, n, p, n, p).permute(0, 2, 4, 1, 3, 5)
         return x.reshape(batch, n * n, img.patch_dim)
 
-    def forward(self, images: Tensor) -> Tensor:
-        """Logits `[K, B, classes]` for images `[B, C, H, W]` (the same batch for every member)."""
-        return self.logits_from(self.final_hidden(images))
+    def forward(self, images: Tensor, drop_seed: int | None = None) -> Tensor:
+        """Logits `[K, B, classes]` for images `[B, C, H, W]` (the same batch for every member).
 
-    def final_hidden(self, images: Tensor) -> Tensor:
+        `drop_seed`: draw the drop-path decisions from a generator with this seed (a trial passes one per
+        step, so that a resumed trial drops exactly the same images); None: from torch's global RNG."""
+        return self.logits_from(self.final_hidden(images, drop_seed))
+
+    def final_hidden(self, images: Tensor, drop_seed: int | None = None) -> Tensor:
         """The class token's normalised final state, `[K, B, d]`."""
         batch = images.shape[0]
         k, d, tokens = self.stack, self.cfg.width, self.image.tokens
@@ -267,9 +271,10 @@ class ViT(StackedModel):
         if self.embed_gain is not None and self.embed_bias is not None:
             h = layer_norm(h, self.cfg.norm_eps) * self.embed_gain.unsqueeze(1) + self.embed_bias.unsqueeze(1)
         external = self.site_gains() if self.site_gains is not None else {}
+        generator = torch.Generator().manual_seed(drop_seed) if drop_seed is not None and self.training else None
         for block in self.blocks:
             rows = {site: g[:, block.layer - 1] for site, g in external.items()}
-            h = block(h, tokens, rows, self._keep_masks(block, batch, tokens, h))
+            h = block(h, tokens, rows, self._keep_masks(block, batch, tokens, h, generator))
         cls_out = h.view(k, batch, tokens, d)[:, :, 0]
         if self.final_gain is not None and self.final_bias is not None:
             cls_out = layer_norm(cls_out, self.cfg.norm_eps) * self.final_gain.unsqueeze(1) + self.final_bias.unsqueeze(1)
@@ -278,19 +283,25 @@ class ViT(StackedModel):
     def logits_from(self, hidden: Tensor) -> Tensor:
         return torch.baddbmm(self.head_bias.unsqueeze(1), hidden, self.head)
 
-    def _keep_masks(self, block: ViTBlock, batch: int, tokens: int, like: Tensor) -> tuple[Tensor, Tensor] | None:
+    def _keep_masks(self, block: ViTBlock, batch: int, tokens: int, like: Tensor,
+                    generator: torch.Generator | None = None) -> tuple[Tensor, Tensor] | None:
         """Drop-path multipliers `[1, B*tokens, 1]` (0, or 1/keep) for the two sublayers, shared by the members."""
         if not self.training or block.drop_rate <= 0.0:
             return None
         keep = 1.0 - block.drop_rate
-        masks = (torch.rand(2, batch, device=like.device) < keep).to(like.dtype) / keep
+        if generator is not None:  # drawn on the CPU: the same decisions on every device
+            draws = torch.rand(2, batch, generator=generator).to(like.device)
+        else:
+            draws = torch.rand(2, batch, device=like.device)
+        masks = (draws < keep).to(like.dtype) / keep
         per_token = masks.repeat_interleave(tokens, dim=1).view(2, 1, batch * tokens, 1)
         return per_token[0], per_token[1]
 
-    def member_losses(self, images: Tensor, targets: Tensor, label_smoothing: float = 0.0) -> Tensor:
+    def member_losses(self, images: Tensor, targets: Tensor, label_smoothing: float = 0.0, *,
+                      drop_seed: int | None = None) -> Tensor:
         """Mean cross-entropy per member `[K]` (fp32). `targets`: class ids `[B]`, or class probabilities
         `[B, classes]` (mixup / cutmix). Train on `.sum()` (each member's gradient is then its own)."""
-        logits = self(images).float()  # [K, B, C]
+        logits = self(images, drop_seed).float()  # [K, B, C]
         k, batch, classes = logits.shape
         flat = logits.reshape(k * batch, classes)
         if targets.dim() == 1:

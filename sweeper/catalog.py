@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 # Used only when the models package cannot be found on disk (e.g. a broken install).
 FALLBACK_SCHEMES = ("pre", "post", "peri", "lns", "deepnet", "layerrope")
@@ -24,12 +25,16 @@ _REGISTER = re.compile(r"""register_scheme\(\s*["']([A-Za-z0-9_.\-]+)["']""")
 
 @dataclass(frozen=True)
 class NamedShape:
-    """A named model size of the width ladder (LLaMA conventions, vocab 32000)."""
+    """A named model size of the width ladder (LLaMA conventions, vocab 32000), or of the looped
+    LM / ViT families (`family`, and the family's shape settings in `extra`: the looped model's
+    prelude/core/coda split, the ViT's image and patch sizes)."""
 
     width: int
     depth: int
     heads: int
     mlp_hidden: int
+    family: str = "llama"
+    extra: tuple[tuple[str, Any], ...] = ()
 
 
 @lru_cache(maxsize=1)
@@ -39,7 +44,8 @@ def named_sizes() -> dict[str, NamedShape]:
     from models.named import named_configs
 
     return {
-        name: NamedShape(width=c.width, depth=c.depth, heads=c.n_heads, mlp_hidden=c.mlp_hidden or swiglu_hidden(c.width))
+        name: NamedShape(width=c.width, depth=c.depth, heads=c.n_heads, mlp_hidden=c.mlp_hidden or swiglu_hidden(c.width),
+                         family=c.family, extra=tuple(sorted(c.extra.items())))
         for name, c in named_configs().items()
     }
 

@@ -105,7 +105,9 @@ def manifest_for(plan: Plan, old: dict[str, Any] | None, ledger_url: str) -> dic
     manifest["cells"] = cells
     shared = {k: plan.cells[0].compat[k] for k in ("data", "divergence")} if plan.cells else {}
     manifest["compat_key"] = fingerprint_of(shared)
-    manifest["x"] = "depth" if plan.config.model.depths is not None else "params"
+    model = plan.config.model
+    # "loops": a loop-count sweep of the looped family; the store's `depth` column then holds the loop count
+    manifest["x"] = "depth" if model.depths is not None else "loops" if model.loops is not None else "params"
     return manifest
 
 
@@ -258,7 +260,7 @@ class LaunchSummary:
         return out
 
 
-LOCAL_SOURCES = ("builtin", "text", "jsonl", "parquet", "tokens", "synthetic")
+LOCAL_SOURCES = ("builtin", "text", "jsonl", "parquet", "tokens", "synthetic", "images", "builtin_images")
 
 
 def preflight_data(plan: Plan) -> str | None:

@@ -37,12 +37,12 @@ class Cell:
     method: str
     scheme: str
     family: str
-    size: str  # "L48" for a depth, or the named size
-    depth: int
+    size: str  # "L48" for a depth, "T8" for a loop count, or the named size
+    depth: int  # blocks; for a loop-count sweep (model.loops) the loop count, the sweep's x
     width: int
     seed: int
     size_rank: int  # 0 for the smallest size of the sweep
-    x: float  # the size on the fits' x axis: depth for a depth sweep, parameters for a ladder
+    x: float  # the size on the fits' x axis: depth for a depth sweep, loop count for a loop sweep, parameters for a ladder
     model: ModelConfig
     train: TrainConfig
     data: DataConfig
@@ -107,6 +107,14 @@ def resolve_vocab(cfg: SweepConfig, data: DataConfig) -> int:
         return cfg.model.vocab
     if data.source == "synthetic":
         return data.synthetic_vocab
+    if data.source in ("images", "builtin_images"):  # the ViT's outputs: the number of classes
+        from trials.data.images import class_count
+        from trials.errors import TrialInputError
+
+        try:
+            return class_count(data)
+        except TrialInputError as exc:
+            raise UserError(exc.message) from None
     if data.tokenizer is None and data.source in ("builtin", "text", "jsonl", "parquet"):
         return BYTE_VOCAB
     try:
@@ -119,15 +127,29 @@ def resolve_vocab(cfg: SweepConfig, data: DataConfig) -> int:
         raise UserError(f"data.tokenizer {data.tokenizer!r}: cannot load it to find model.vocab ({exc})") from None
 
 
-def _shapes(cfg: SweepConfig) -> list[tuple[str, int, int, int, int | None]]:
-    """(size label, depth, width, heads, mlp_hidden) for every size of the sweep."""
+def _shapes(cfg: SweepConfig) -> list[tuple[str, int, int, int, int | None, dict[str, Any]]]:
+    """(size label, depth, width, heads, mlp_hidden, family extra) for every size of the sweep.
+
+    A named size brings its family settings (the looped split, the ViT's image and patch sizes), which
+    the YAML's `model.extra` overrides; a loop-count sweep sets the mean training and the evaluation
+    loop counts of each cell."""
     m = cfg.model
     if m.depths is not None:
-        return [(f"L{d}", d, m.width, m.heads, m.mlp_hidden) for d in m.depths]
+        return [(f"L{d}", d, m.width, m.heads, m.mlp_hidden, dict(m.extra)) for d in m.depths]
+    if m.loops is not None:
+        from models.family_settings import looped_depth
+
+        blocks = looped_depth(m.extra)
+        return [
+            (f"T{n}", blocks, m.width, m.heads, m.mlp_hidden,
+             {"max_loops": max(32, n), **m.extra, "mean_loops": n, "eval_loops": n})
+            for n in m.loops
+        ]
     out = []
     for size in m.sizes or []:
         shape = size.shape()
-        out.append((size.name, shape.depth, shape.width, shape.heads, shape.mlp_hidden or size.mlp_hidden))
+        out.append((size.name, shape.depth, shape.width, shape.heads, shape.mlp_hidden or size.mlp_hidden,
+                    {**dict(shape.extra), **m.extra}))
     return out
 
 
@@ -199,8 +221,9 @@ def build_plan(cfg: SweepConfig, *, output: str | None = None, base: Path | None
         policy = policy_section.to_policy()
         train = cfg.train_for(method)
         divergence = cfg.divergence_for(method)
-        for rank, (size, depth, width, heads, mlp_hidden) in enumerate(shapes):
-            model = _model_config(cfg, method, depth=depth, width=width, heads=heads, mlp_hidden=mlp_hidden, vocab=vocab)
+        for rank, (size, depth, width, heads, mlp_hidden, extra) in enumerate(shapes):
+            model = _model_config(cfg, method, depth=depth, width=width, heads=heads, mlp_hidden=mlp_hidden, vocab=vocab,
+                                  extra=extra)
             try:
                 counts = count_params(model)
                 fpt = flops_per_token(model)
@@ -209,12 +232,14 @@ def build_plan(cfg: SweepConfig, *, output: str | None = None, base: Path | None
             tokens, steps = _tokens(train, model, counts)
             resources, memory_gb = _resources(cfg, size, depth)
             compat = compat_of(model, train, data, divergence)
+            loops = cfg.model.loops[rank] if cfg.model.loops is not None else None
             for seed in cfg.seeds:
                 cells.append(
                     Cell(
                         cell_id=cell_id(method.name, size, seed), method=method.name, scheme=method.scheme_name,
-                        family=cfg.model.family, size=size, depth=depth, width=width, seed=seed, size_rank=rank,
-                        x=float(depth if cfg.model.depths is not None else counts["total"]),
+                        family=cfg.model.family, size=size, depth=depth if loops is None else loops, width=width,
+                        seed=seed, size_rank=rank,
+                        x=float(depth if cfg.model.depths is not None else loops if loops is not None else counts["total"]),
                         model=model, train=train, data=data, divergence=divergence, policy=policy,
                         prior=policy_section.prior, resources=resources, memory_gb=memory_gb,
                         params=counts["total"], params_nonembed=counts["nonembed"], flops_per_token=fpt,
@@ -230,12 +255,18 @@ def build_plan(cfg: SweepConfig, *, output: str | None = None, base: Path | None
 
 
 def _model_config(cfg: SweepConfig, method: MethodSpec, *, depth: int, width: int, heads: int,
-                  mlp_hidden: int | None, vocab: int) -> ModelConfig:
+                  mlp_hidden: int | None, vocab: int, extra: dict[str, Any] | None = None) -> ModelConfig:
     m = cfg.model
+    extra = dict(m.extra) if extra is None else extra
+    seq_len = m.seq_len
+    if m.family == "vit":  # the ViT's tokens per sample: its patches and the class token
+        from models.family_settings import vit_settings
+
+        seq_len = vit_settings(ModelConfig(family="vit", extra=extra)).tokens
     return ModelConfig(
         family=m.family, scheme=method.scheme_name, width=width, depth=depth, n_heads=heads, vocab=vocab,
-        seq_len=m.seq_len, init_std=m.init_std, norm_eps=m.norm_eps, mlp_hidden=mlp_hidden, rope_base=m.rope_base,
-        scheme_options=deep_merge(m.scheme_options, method.scheme_options), extra=dict(m.extra),
+        seq_len=seq_len, init_std=m.init_std, norm_eps=m.norm_eps, mlp_hidden=mlp_hidden, rope_base=m.rope_base,
+        scheme_options=deep_merge(m.scheme_options, method.scheme_options), extra=extra,
     )
 
 

@@ -241,6 +241,8 @@ class SizeSpec(Strict):
             depth=self.depth or (base.depth if base else 0),
             heads=self.heads or (base.heads if base else 0),
             mlp_hidden=self.mlp_hidden or (base.mlp_hidden if base and width == base.width else 0),
+            family=base.family if base else "",  # "": a custom shape, of the sweep's family
+            extra=base.extra if base else (),
         )
 
 
@@ -252,6 +254,13 @@ class ModelSection(Strict):
     heads: Annotated[int, Field(ge=1, le=1024)] = 4
     depths: list[Annotated[int, Field(ge=1, le=MAX_DEPTH)]] | None = Field(
         None, description="numbers of blocks; one cell per depth (size label L<depth>)"
+    )
+    loops: list[Annotated[int, Field(ge=1, le=1024)]] | None = Field(
+        None,
+        description=(
+            "looped family: mean training loop counts, one cell per count (size label T<count>; also the "
+            "evaluation loop count); the shape is width/heads and extra.prelude/core/coda"
+        ),
     )
     sizes: list[Annotated[SizeSpec, BeforeValidator(_size_entry)]] | None = Field(
         None, description="named sizes or {name, width, depth, heads[, mlp_hidden]}; one cell per size"
@@ -277,6 +286,16 @@ class ModelSection(Strict):
                 raise PydanticCustomError("duplicate", "depths must be distinct")
         return value
 
+    @field_validator("loops")
+    @classmethod
+    def _distinct_loops(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None:
+            if not value:
+                raise PydanticCustomError("empty", "give at least one loop count")
+            if len(set(value)) != len(value):
+                raise PydanticCustomError("duplicate", "loop counts must be distinct")
+        return value
+
     @field_validator("sizes")
     @classmethod
     def _distinct_sizes(cls, value: list[SizeSpec] | None) -> list[SizeSpec] | None:
@@ -290,9 +309,13 @@ class ModelSection(Strict):
 
     @model_validator(mode="after")
     def _one_axis(self) -> "ModelSection":
-        if (self.depths is None) == (self.sizes is None):
+        given = [axis for axis in ("depths", "sizes", "loops") if getattr(self, axis) is not None]
+        if self.loops is not None and self.family != "looped":
+            raise PydanticCustomError("axis", "model.loops (a loop-count sweep) needs family: looped")
+        if len(given) != 1:
             raise PydanticCustomError(
                 "axis", "give exactly one of model.depths (a depth sweep) or model.sizes (a width ladder)"
+                + (" or model.loops (a loop-count sweep)" if self.family == "looped" else "")
             )
         return self
 
@@ -644,6 +667,7 @@ def _cross_problems(sec: _Sections, base: Path) -> list[Problem]:
         out.extend(_data_problems(sec.data, base))
     if sec.has("model"):
         out.extend(_shape_problems(sec.model))
+        out.extend(_family_problems(sec.model))
     if sec.has("model", "data"):
         data, model = sec.data, sec.model
         byte_level = data.tokenizer is None and data.source not in ("tokens", "hf", "images", "builtin_images")
@@ -703,8 +727,42 @@ def _shape_problems(model: ModelSection) -> list[Problem]:
     for path, width, heads in shapes:
         if width % heads:
             out.append(Problem(path, f"width {width} is not divisible by heads {heads}"))
-        elif (width // heads) % 2:
+        elif (width // heads) % 2 and model.family != "vit":
             out.append(Problem(path, f"head size {width // heads} (width/heads) must be even for rotary embeddings"))
+    return out
+
+
+def _family_problems(model: ModelSection) -> list[Problem]:
+    """Named sizes of another family, a depth sweep of the looped family, and the family's `extra` settings
+    (read exactly as the models will read them)."""
+    from models.config import ModelConfig
+    from models.family_settings import loop_settings, looped_depth, vit_settings
+
+    out: list[Problem] = []
+    if model.family == "looped" and model.depths is not None:
+        return [Problem(("model", "depths"), "the looped family sweeps model.loops (loop counts) or model.sizes, not depths")]
+    depths: list[tuple[int, dict[str, Any]]] = []
+    for i, size in enumerate(model.sizes or []):
+        shape = size.shape()
+        if shape.family and shape.family != model.family:
+            out.append(Problem(("model", "sizes", i), f"{size.name!r} is a {shape.family} size; model.family is {model.family!r}"))
+        else:
+            depths.append((shape.depth, {**dict(shape.extra), **model.extra}))
+    depths += [(depth, dict(model.extra)) for depth in model.depths or []]
+    if model.loops is not None:
+        depths.append((0, dict(model.extra)))
+    for depth, extra in depths:
+        try:
+            if model.family == "looped":
+                loop_settings(ModelConfig(family="looped", depth=depth or looped_depth(extra), extra=extra))
+            elif model.family == "vit":
+                vit_settings(ModelConfig(family="vit", extra=extra))
+            elif extra:
+                raise ValueError(f"model.extra: the llama family takes no extra settings (got {', '.join(sorted(extra))})")
+        except ValueError as exc:
+            message = str(exc).removeprefix("model.extra").lstrip(".: ")
+            out.append(Problem(("model", "extra"), message))
+            break  # the settings are shared by the sizes: one message is enough
     return out
 
 

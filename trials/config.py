@@ -48,6 +48,8 @@ class DataConfig(StrictModel):
     shuffle_buffer: PositiveInt = 10_000  # `hf` streaming: documents in the shuffle buffer
     synthetic_vocab: Annotated[int, Field(ge=2, le=65536)] = 64  # `synthetic`: alphabet size
     synthetic_tokens: Annotated[int, Field(ge=1024)] = 65_536  # `synthetic`: tokens generated (train + val)
+    builtin_classes: Annotated[int, Field(ge=2, le=10)] = 10  # `builtin_images`: classes (shapes and textures)
+    builtin_per_class: Annotated[int, Field(ge=10, le=1_000_000)] = 1000  # `builtin_images`: images per class (train + val)
 
 
 class OptimizerConfig(StrictModel):
@@ -65,6 +67,34 @@ class ScheduleConfig(StrictModel):
     warmup: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.05  # < 1: fraction of steps; >= 1: steps
     decay: Literal["cosine", "linear", "constant"] = "cosine"
     final_fraction: Fraction = 0.1
+
+
+class VisionConfig(StrictModel):
+    """ViT training: DeiT's augmentation and loss knobs (every one off by default; see sweeps/vit.yaml).
+
+    `crop`: random-resized-crop (area fraction `crop_scale`, aspect ratio `crop_ratio`, resized back
+    to the model's resolution); `flip`: probability of a horizontal flip; `mixup` / `cutmix`: the Beta
+    distribution's alpha (0 disables), applied to a batch with probability `mix_prob`, cutmix chosen
+    with probability `switch_prob` when both are on; `label_smoothing`: epsilon of the soft targets.
+    """
+
+    label_smoothing: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.0
+    mixup: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    cutmix: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    mix_prob: Fraction = 1.0
+    switch_prob: Fraction = 0.5
+    crop: bool = False
+    crop_scale: tuple[Fraction, Fraction] = (0.08, 1.0)
+    crop_ratio: tuple[PositiveFloat, PositiveFloat] = (3 / 4, 4 / 3)
+    flip: Fraction = 0.0
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "VisionConfig":
+        if not 0 < self.crop_scale[0] <= self.crop_scale[1]:
+            raise ValueError(f"crop_scale must be [low, high] with 0 < low <= high <= 1 (got {list(self.crop_scale)})")
+        if self.crop_ratio[0] > self.crop_ratio[1]:
+            raise ValueError(f"crop_ratio must be [low, high] with low <= high (got {list(self.crop_ratio)})")
+        return self
 
 
 class TrainConfig(StrictModel):
@@ -90,6 +120,7 @@ class TrainConfig(StrictModel):
     fused_loss: bool = True  # LM head + cross-entropy in row chunks, gradients on the way (LLaMA; same math)
     sync_every: PositiveInt | None = None  # steps between host reads of the losses; None: 1 on CPU, 16 on CUDA
     cuda_graphs: bool = False  # CUDA only: capture the whole step in one CUDA graph (implies deferred reads)
+    vision: VisionConfig | None = None  # ViT: augmentation, mixup/cutmix, label smoothing (None: none of them)
 
     @model_validator(mode="after")
     def _one_budget(self) -> "TrainConfig":

@@ -34,6 +34,8 @@ import numpy as np
 import torch
 
 from models import build_model, count_params, flops_per_token
+from models.family_counts import sample_tokens
+from models.family_settings import vit_settings
 from trials.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from trials.data import check_vocab, open_source
 from trials.data.base import seed_words
@@ -43,6 +45,7 @@ from trials.errors import TrialInputError
 from trials.fused_loss import member_losses as fused_member_losses
 from trials.schedule import LRSchedule, total_steps
 from trials.spec import PointResult, StepReport, TrialSpec
+from trials.vision import ClassificationBatches, top1_correct
 
 Report = Callable[[StepReport], None]
 
@@ -77,8 +80,10 @@ class Trial:
     def __init__(self, spec: TrialSpec) -> None:
         self.spec = spec
         train, cfg = spec.train, spec.model
-        if cfg.family != "llama":
-            raise TrialInputError(f"model.family {cfg.family!r}: this build of trials trains the llama family only")
+        if cfg.family not in ("llama", "looped", "vit"):
+            raise TrialInputError(f"model.family {cfg.family!r}: expected llama, looped or vit")
+        if (cfg.family == "vit") != (spec.data.source in ("images", "builtin_images")):
+            raise TrialInputError(f"data.source {spec.data.source!r}: the vit family trains on image data and only it does")
         self.source = open_source(spec.data)
         check_vocab(cfg.vocab, self.source)
         try:
@@ -87,9 +92,10 @@ class Trial:
         except ValueError as exc:
             raise TrialInputError(f"model: {exc}") from None
         self.params, self.params_nonembed = counts["total"], counts["nonembed"]
-        self.steps = total_steps(train, cfg.seq_len, counts["total" if train.budget_params == "total" else "nonembed"])
+        seq = sample_tokens(cfg)  # tokens per sequence, or per image (patches + class token) for the ViT
+        self.steps = total_steps(train, seq, counts["total" if train.budget_params == "total" else "nonembed"])
         self.schedule = LRSchedule.from_config(train.schedule, self.steps)
-        self.tokens_per_step = train.batch_size * cfg.seq_len
+        self.tokens_per_step = train.batch_size * seq
         self.device = resolve_device(train.device)
         self.autocast = resolve_autocast(train.dtype, self.device)
         self.execution = resolve_execution(train, self.device)
@@ -111,10 +117,14 @@ class Trial:
                 self._losses, self.opt, self.autocast, spec.divergence.explode_factor, graphs=self.execution.cuda_graphs
             )
         self._pending: list[tuple[int, torch.Tensor]] = []  # (step, [K] losses on the device) not yet observed
-        self.stream = self.source.train_stream(train.batch_size, cfg.seq_len, data_order_seed(spec.data.seed, spec.seed))
-        self.eval_data = [
-            torch.from_numpy(b).to(self.device) for b in self.source.eval_batches(train.eval_batches, train.batch_size, cfg.seq_len)
-        ]
+        self.vision: ClassificationBatches | None = None
+        if cfg.family == "vit":
+            self._open_images(spec)
+        else:
+            self.stream = self.source.train_stream(train.batch_size, cfg.seq_len, data_order_seed(spec.data.seed, spec.seed))
+            self.eval_data = [
+                torch.from_numpy(b).to(self.device) for b in self.source.eval_batches(train.eval_batches, train.batch_size, cfg.seq_len)
+            ]
         self.monitor = DivergenceMonitor(spec.divergence, k, self.schedule.warmup)
         self.step = 0
         self.train_seconds = 0.0
@@ -127,6 +137,18 @@ class Trial:
         self.frozen: dict[int, dict[str, torch.Tensor]] = {}  # weights of members dropped from the stack
         self.stopped = False
         self._saved_step: int | None = None
+
+    def _open_images(self, spec: TrialSpec) -> None:
+        """ViT: the image stream, the held-out images and the batch maker (augmentation, mixup, soft targets)."""
+        image = vit_settings(spec.model)
+        train, seed = spec.train, data_order_seed(spec.data.seed, spec.seed)
+        arrays = self.source.arrays(image.image_size, image.channels)  # type: ignore[attr-defined]
+        self.vision = ClassificationBatches(arrays, train.vision, spec.model.vocab, self.device, seed)
+        self.stream = self.source.train_stream(train.batch_size, seed, image.image_size, image.channels)  # type: ignore[call-arg]
+        self.eval_data = [
+            (self.vision.eval_inputs(torch.from_numpy(x)), torch.from_numpy(y).to(self.device))
+            for x, y in self.source.eval_batches(train.eval_batches, train.batch_size, image.image_size, image.channels)  # type: ignore[call-arg]
+        ]
 
     # ---- the loop ------------------------------------------------------------------------------
 
@@ -233,9 +255,16 @@ class Trial:
             self.drop_diverged()
 
     def train_step(self) -> None:
-        batch = torch.from_numpy(self.stream.next_batch()).to(self.device, non_blocking=True)
-        inputs, targets = batch[:, :-1], batch[:, 1:]
         extra: dict[str, Any] = {}
+        if self.vision is not None:
+            images, labels = self.stream.next_batch()
+            inputs, targets = self.vision.train_inputs(torch.from_numpy(images), torch.from_numpy(labels), self.step)
+            extra["drop_seed"] = self.vision.drop_seed(self.step)  # drop-path decisions: a pure function of the step
+        else:
+            batch = torch.from_numpy(self.stream.next_batch()).to(self.device, non_blocking=True)
+            inputs, targets = batch[:, :-1], batch[:, 1:]
+            if self.spec.model.family == "looped":  # the step's loop count(s): a pure function of (seed, step)
+                extra["loops"] = self.model.training_loops(self.step, self.spec.seed, inputs.shape[0])
         if self.device_step is not None:  # deferred: nothing is read back here
             losses = self.device_step.run(inputs, targets, extra, self.schedule.factor(self.step))
             self._pending.append((self.step, losses))
@@ -274,10 +303,11 @@ class Trial:
         if self.device_step is not None:
             self.device_step.reset(self.opt, [self.monitor.members[m].init_loss for m in self.slots])
 
-
     @torch.no_grad()
     def evaluate(self) -> None:
         """Mean held-out loss of every member in the stack (and top-1 accuracy for `objective: error`)."""
+        if self.vision is not None:
+            return self._evaluate_images()
         self.model.eval()
         total = torch.zeros(len(self.slots), device=self.device)
         correct = torch.zeros(len(self.slots), device=self.device)
@@ -301,6 +331,32 @@ class Trial:
             self.accuracy[m] = accuracy[i] if want_accuracy else None
             if not math.isfinite(losses[i]):
                 self.monitor.force(m, self.step, f"non-finite: evaluation loss is {losses[i]} at step {self.step}")
+
+    @torch.no_grad()
+    def _evaluate_images(self) -> None:
+        """ViT: mean cross-entropy (no smoothing) and top-1 accuracy over the held-out images."""
+        self.model.eval()
+        total = torch.zeros(len(self.slots), device=self.device)
+        correct = torch.zeros(len(self.slots), device=self.device)
+        images = 0
+        for inputs, labels in self.eval_data:
+            with self._autocast():
+                logits = self.model(inputs).float()  # [K, B, classes]
+            k, batch, classes = logits.shape
+            flat = logits.reshape(k * batch, classes)
+            losses = torch.nn.functional.cross_entropy(flat, labels.repeat(k), reduction="none").view(k, batch)
+            total += losses.sum(dim=1)
+            correct += top1_correct(logits, labels)
+            images += batch
+        self.model.train()
+        losses_mean = (total / images).cpu().tolist()
+        accuracy = (correct / images).cpu().tolist()
+        for i, m in enumerate(self.slots):
+            if self.monitor.members[m].diverged:
+                continue
+            self.eval_loss[m], self.eval_step[m], self.accuracy[m] = losses_mean[i], self.step, accuracy[i]
+            if not math.isfinite(losses_mean[i]):
+                self.monitor.force(m, self.step, f"non-finite: evaluation loss is {losses_mean[i]} at step {self.step}")
 
     # ---- reporting -----------------------------------------------------------------------------
 

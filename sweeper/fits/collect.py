@@ -128,6 +128,7 @@ class SweepResults:
     edge_included: list[str] = field(default_factory=list)
     cells: list[CellSensitivity] = field(default_factory=list)
     n_cells: int = 0
+    loops_axis: bool = False  # a loop-count sweep of the looped family: the `depth` column holds the loop count
 
     def methods(self) -> list[str]:
         return sorted({s.method for s in self.sizes} | {c.method for c in self.cells})
@@ -216,7 +217,8 @@ def collect(
         groups.setdefault((item["cell"]["method"], item["cell"]["size"]), []).append(item)
     sizes = [_size_result(method, size, items) for (method, size), items in sorted(groups.items())]
     return SweepResults(name=name, default_x=default_x, sizes=sizes, excluded=excluded,
-                        edge_included=edge_included, cells=sens, n_cells=cells.height)
+                        edge_included=edge_included, cells=sens, n_cells=cells.height,
+                        loops_axis=manifest.get("x") == "loops")
 
 
 def _size_result(method: str, size: str, items: list[dict[str, Any]]) -> SizeResult:

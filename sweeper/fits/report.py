@@ -44,6 +44,7 @@ class FitOptions:
     shared_e: bool = False
 
 
+LOOPS_LABEL = "loop count T (core iterations)"  # a loop-count sweep: its `depth` column holds T
 X_LABELS = {
     "depth": "depth (blocks)",
     "params": "parameters N",
@@ -125,7 +126,8 @@ def build_report(results: SweepResults, opts: FitOptions) -> dict[str, Any]:
         "created": time.time(),
         "sweep": results.name,
         "x": opts.x,
-        "x_label": X_LABELS[opts.x] + (f" ({'non-embedding' if opts.n_def == 'nonembed' else 'total'})"
+        "x_label": LOOPS_LABEL if opts.x == "depth" and results.loops_axis else
+                   X_LABELS[opts.x] + (f" ({'non-embedding' if opts.n_def == 'nonembed' else 'total'})"
                                        if opts.x == "params" else ""),
         "n_definition": n_definition(opts.n_def),
         "c_definition": c_definition(opts.c_def, opts.n_def),

@@ -3,7 +3,8 @@
 `open_source(cfg)` picks the source named by `DataConfig.source`:
 `builtin` (the interpreter's stdlib sources, bytes), `text` / `jsonl` / `parquet` (local files),
 `tokens` (pre-tokenized binaries), `hf` (Hugging Face datasets, optional extra) and
-`synthetic` (tests). Every source has a vocabulary size and a fingerprint that is stored with
+`synthetic` (tests), and for the ViT `images` / `builtin_images` (`trials.data.images`, an
+`ImageSource`: labelled images instead of tokens). Every source has a vocabulary size and a fingerprint that is stored with
 each result, and gives training batches in an order fixed by a seed with an exact position.
 """
 
@@ -40,9 +41,11 @@ def open_source(cfg: DataConfig) -> TokenSource:
         from trials.data.synthetic import synthetic_source
 
         return synthetic_source(cfg)
-    raise TrialInputError(
-        f"data.source {cfg.source!r}: image sources belong to the ViT family, which this build of trials does not train yet"
-    )
+    if cfg.source in ("images", "builtin_images"):
+        from trials.data.images import image_source
+
+        return image_source(cfg)  # type: ignore[return-value]  # an ImageSource: the ViT family's interface
+    raise TrialInputError(f"data.source {cfg.source!r} is not a known source")
 
 
 def check_vocab(model_vocab: int, source: TokenSource) -> None:

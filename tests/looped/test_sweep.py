@@ -1,0 +1,85 @@
+"""The looped family through the tool: named sizes, the loop-count axis, trials (deterministic loop
+counts, exact resume), and the fits / dashboards reading the loop count as the x axis."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from models import count_params, named_config
+from sweeper.cli import main
+from sweeper.errors import UserError
+from sweeper.planner import build_plan
+from sweeper.schema import load_sweep, validate_data
+from trials.run import run_trial
+from trials.spec import TrialSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_named_looped_sizes_and_their_gpt_baselines_in_sweeper_models(capsys):
+    assert main(["models", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["configs"]}
+    for name, (width, split) in {"parcae-140M": (768, "2/2/2"), "parcae-370M": (1024, "4/4/4"), "parcae-770M": (1280, "6/6/6")}.items():
+        looped, gpt = rows[name], rows[f"{name}-gpt"]
+        assert (looped["family"], looped["blocks"], looped["width"], looped["ladder"]) == ("looped", split, width, "looped")
+        assert gpt["family"] == "llama" and gpt["depth"] == looped["depth"] == 3 * int(split[0])
+        assert looped["params"] - gpt["params"] == width * width + 2 * width  # the re-injection B, dt, A
+        assert looped["params"] == count_params(named_config(name))["total"]
+    assert round(rows["parcae-140M"]["params"] / 1e6) == 144
+    assert {"parcae-tiny", "parcae-tiny-gpt", "ViT-T", "ViT-S", "vit-tiny"} <= set(rows)
+    assert round(rows["ViT-T"]["params"] / 1e5) == 57 and round(rows["ViT-S"]["params"] / 1e6) == 22  # DeiT-Ti 5.7M, DeiT-S 22M
+    assert main(["models"]) == 0
+    table = capsys.readouterr().out
+    assert "parcae-370M" in table and "4/4/4" in table and "ViT-S" in table
+
+
+def test_study_sweeps_plan():
+    plan = build_plan(load_sweep(ROOT / "sweeps" / "parcae.yaml").config, output="/tmp/unused")
+    cell = plan.by_id()["layerrope/parcae-370M/s0"]
+    assert cell.family == "looped" and cell.depth == 12 and cell.x == cell.params
+    extra = cell.model.extra
+    assert (extra["prelude"], extra["core"], extra["coda"], extra["mean_loops"], extra["backprop_loops"]) == (4, 4, 4, 8, 4)
+    baseline = build_plan(load_sweep(ROOT / "sweeps" / "parcae-baseline.yaml").config, output="/tmp/unused")
+    gpt = baseline.by_id()["layerrope/parcae-370M-gpt/s0"]
+    assert gpt.family == "llama" and gpt.params == cell.params - (1024 * 1024 + 2 * 1024)
+
+
+def test_loop_count_axis():
+    cfg = validate_data({
+        "name": "loops", "methods": ["pre"], "data": {"source": "synthetic"}, "train": {"steps": 5},
+        "model": {"family": "looped", "width": 32, "heads": 2, "loops": [1, 4, 16], "seq_len": 16,
+                  "extra": {"prelude": 1, "core": 2, "coda": 1, "backprop_loops": 2}},
+    })
+    plan = build_plan(cfg, output="/tmp/unused")
+    cells = {c.size: c for c in plan.cells}
+    assert list(cells) == ["T1", "T4", "T16"]
+    for count, cell in zip((1, 4, 16), cells.values()):
+        assert cell.depth == count and cell.x == count and cell.model.depth == 4
+        assert cell.model.extra["mean_loops"] == count == cell.model.extra["eval_loops"]
+    assert cells["T1"].params == cells["T16"].params
+    assert cells["T1"].flops_per_token < cells["T4"].flops_per_token < cells["T16"].flops_per_token
+    with pytest.raises(UserError, match="needs family: looped"):
+        validate_data({"name": "x", "methods": ["pre"], "train": {"steps": 5}, "model": {"loops": [2]}})
+    with pytest.raises(UserError, match="not depths"):
+        validate_data({"name": "x", "methods": ["pre"], "train": {"steps": 5}, "model": {"family": "looped", "depths": [6]}})
+
+
+def test_looped_trial_samples_loops_per_step_and_resumes_exactly(tmp_path):
+    spec = TrialSpec.from_dict({
+        "model": {"family": "looped", "scheme": "layerrope", "width": 32, "depth": 4, "n_heads": 2, "vocab": 64,
+                  "seq_len": 16, "extra": {"prelude": 1, "core": 2, "coda": 1, "mean_loops": 3, "backprop_loops": 2,
+                                           "eval_loops": 3, "loop_sampling": "per_sequence"}},
+        "train": {"steps": 30, "batch_size": 8, "eval_every": 10, "eval_batches": 2, "checkpoint_every": 10},
+        "data": {"source": "synthetic"},
+        "lrs": [3e-3, 1e-2],
+    })
+    full = run_trial(spec)
+    assert [r.outcome for r in full] == ["ok", "ok"] and all(r.loss < r.init_loss for r in full)
+    stopped = run_trial(spec, checkpoint_dir=tmp_path, should_stop=iter([False] * 15 + [True]).__next__)
+    assert {r.outcome for r in stopped} == {"failed"}
+    resumed = run_trial(spec, checkpoint_dir=tmp_path)
+    for a, b in zip(full, resumed):
+        assert a.loss == pytest.approx(b.loss, rel=1e-6)
