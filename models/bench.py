@@ -64,10 +64,11 @@ def timed(fn: Callable[[], object], repeats: int, warmup: int = 1, cpu: list[flo
 
 def matmul_peak_gflops(
     size: int = 1024, repeats: int = 20, *, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
-    inner: int = 1,
+    inner: int = 1, cpu: list[float] | None = None,
 ) -> float:
     """The best rate of a dense `size`^3 matmul in GFLOP/s on `device` in `dtype` (best of `repeats` timings
-    of `inner` matmuls each, after 3 warm-up timings; on CUDA each timing ends with a synchronize)."""
+    of `inner` matmuls each, after 3 warm-up timings; on CUDA each timing ends with a synchronize).
+    With `cpu`, also appends the best rate per second of this process's CPU time (all threads)."""
     device = torch.device(device)
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
@@ -78,7 +79,10 @@ def matmul_peak_gflops(
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    best = min(timed(run, repeats, warmup=3))
+    cpu_times: list[float] = []
+    best = min(timed(run, repeats, warmup=3, cpu=cpu_times))
+    if cpu is not None:
+        cpu.append(2 * size**3 * inner / max(1e-9, min(cpu_times)) / 1e9)
     return 2 * size**3 * inner / best / 1e9
 
 

@@ -5,17 +5,20 @@ the optimizer and every execution option of the sweeps) and drives its training 
 
 1. warm-up steps (default 3; the first one compiles when `compile` is on), timed one by one and
    reported apart, never counted in the throughput;
-2. `steps` measured steps (default 30): wall time, and this process's CPU time (all threads),
-   which a busy machine inflates much less than wall time;
+2. `steps` measured steps (default 30) in `rounds` rounds (default 5): wall time, and this
+   process's CPU time (all threads), which a busy machine inflates much less than wall time;
 3. a dense matmul peak (`models.bench.matmul_peak_gflops`: 1024^3 on the CPU, 8192^3 on a GPU,
-   same device, dtype and threads) measured before and after the steps; the higher one is the
-   peak the run is compared with.
+   same device, dtype and threads) measured before every round and at the end.
 
 Figures (every one per member, summed over the K members of a stack):
 - tokens/s = K x batch x seq_len x steps / wall seconds of the measured steps;
 - model FLOP/s = tokens/s x `models.flops_per_token` = 6 N_matmul + 12 L T d (attention over the
   full T x T matrix), and the 6 N_matmul part alone (the CPU target is stated that way);
-- fraction of peak = model FLOP/s / matmul peak, for both counts.
+- fraction of peak = model FLOP/s / the best matmul peak of the run, for both counts; and, for the
+  6 N count, the median over rounds of each round's rate / the peak measured just before it
+  (`interleaved`: fair when the machine's load changes during the run), and model FLOPs per
+  CPU-second / matmul FLOPs per CPU-second (`cpu`: robust to load, but above the wall-time
+  fraction when threads wait for each other).
 
 `compare`: K separate stack-1 trials against one K-stack trial, in interleaved rounds (each round
 runs a few steps of every separate model, then of the stack) so that load from other processes
@@ -138,11 +141,21 @@ def warm_up(trial: Trial, steps: int) -> list[float]:
     return out
 
 
-def peak_gflops(settings: BenchSettings, device: torch.device) -> float:
-    dtype = torch.bfloat16 if settings.dtype == "bf16" else torch.float32
-    if device.type == "cuda":
-        return matmul_peak_gflops(8192, repeats=10, device=device, dtype=dtype, inner=5)
-    return matmul_peak_gflops(1024, repeats=20, device=device, dtype=dtype)
+@dataclass
+class Peaks:
+    """Matmul peaks measured during the run: GFLOP/s by wall time, and per second of CPU time."""
+
+    wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+
+    def measure(self, settings: BenchSettings, device: torch.device) -> float:
+        dtype = torch.bfloat16 if settings.dtype == "bf16" else torch.float32
+        if device.type == "cuda":
+            value = matmul_peak_gflops(8192, repeats=10, device=device, dtype=dtype, inner=5, cpu=self.cpu)
+        else:
+            value = matmul_peak_gflops(1024, repeats=20, device=device, dtype=dtype, cpu=self.cpu)
+        self.wall.append(value)
+        return value
 
 
 def machine(device: torch.device) -> dict[str, Any]:
@@ -155,7 +168,7 @@ def machine(device: torch.device) -> dict[str, Any]:
     return info
 
 
-def figures(settings: BenchSettings, stack: int, timing: Timing, peak: float) -> dict[str, Any]:
+def figures(settings: BenchSettings, stack: int, timing: Timing, peaks: Peaks, round_steps: int) -> dict[str, Any]:
     cfg = settings.model()
     counts = count_params(cfg)
     six_n = 6.0 * counts["matmul"]
@@ -163,6 +176,14 @@ def figures(settings: BenchSettings, stack: int, timing: Timing, peak: float) ->
     tokens = stack * settings.batch * settings.seq_len * len(timing.wall)
     wall, cpu = timing.wall_total, timing.cpu_total
     tokens_per_s = tokens / wall
+    peak = max(peaks.wall)
+    # Each round against the peak measured just before it: fair when other processes come and go.
+    step_tokens = stack * settings.batch * settings.seq_len
+    per_round = [
+        step_tokens / statistics.mean(timing.wall[r * round_steps:(r + 1) * round_steps]) * six_n / (peaks.wall[r] * 1e9)
+        for r in range(len(timing.wall) // round_steps)
+    ]
+    cpu_peak = max(peaks.cpu) if peaks.cpu else None
     return {
         "stack": stack,
         "steps": len(timing.wall),
@@ -176,6 +197,11 @@ def figures(settings: BenchSettings, stack: int, timing: Timing, peak: float) ->
         "model_flops_6n_per_s": tokens_per_s * six_n,
         "fraction_of_peak": tokens_per_s * per_token / (peak * 1e9),
         "fraction_of_peak_6n": tokens_per_s * six_n / (peak * 1e9),
+        "fraction_of_peak_6n_by_round": per_round,
+        "fraction_of_peak_6n_interleaved": statistics.median(per_round) if per_round else None,
+        # CPU seconds: model FLOPs per CPU-second against matmul FLOPs per CPU-second (load-robust; on
+        # an idle machine above the wall-time fraction when threads wait on each other)
+        "fraction_of_peak_6n_cpu": (tokens / cpu * six_n / (cpu_peak * 1e9)) if cpu > 0 and cpu_peak else None,
     }
 
 
@@ -200,44 +226,45 @@ def build(settings: BenchSettings, stack: int) -> tuple[Trial, float]:
 
 
 def run_bench(settings: BenchSettings) -> dict[str, Any]:
-    """Measure one configuration (and, with `compare`, K separate models against the stack)."""
+    """Measure one configuration (and, with `compare`, K separate models against the stack).
+
+    The measured steps run in `settings.rounds` rounds with a matmul peak measured before each round
+    and once at the end; with `compare`, every round runs the separate models, then the stack.
+    """
     load_start = os.getloadavg()
     trial, build_s = build(settings, settings.stack)
     device = trial.device
-    peaks = [peak_gflops(settings, device)]
     warmup = warm_up(trial, settings.warmup)
     result: dict[str, Any] = {
         "settings": asdict(settings), "execution": trial.execution.describe(), "machine": machine(device),
         "counting": counting(settings), "build_s": build_s, "warmup_step_s": warmup,
-        "compile_s_estimate": None,
     }
-    if not settings.compare:
-        timing = Timing()
-        run_steps(trial, settings.steps, timing)
-        measured = {"stack": timing}
-    else:
-        singles = [build(settings, 1)[0] for _ in range(settings.stack)]
-        for single in singles:
-            warm_up(single, settings.warmup)
-        per_round = max(1, settings.steps // settings.rounds)
-        measured = {"stack": Timing(), "separate": Timing()}
-        for _ in range(settings.rounds):
+    singles = [build(settings, 1)[0] for _ in range(settings.stack)] if settings.compare else []
+    for single in singles:
+        warm_up(single, settings.warmup)
+    round_steps = max(1, settings.steps // settings.rounds)
+    peaks = Peaks()
+    measured = {"stack": Timing()}
+    if singles:
+        measured["separate"] = Timing()
+    for _ in range(settings.rounds):
+        peaks.measure(settings, device)
+        if singles:
             separate = Timing()
             for single in singles:
-                run_steps(single, per_round, separate)
-            # K separate models make one "step" of the same K x tokens: sum their times per step
-            for i in range(per_round):
-                measured["separate"].wall.append(sum(separate.wall[i::per_round]))
-                measured["separate"].cpu.append(sum(separate.cpu[i::per_round]))
-            run_steps(trial, per_round, measured["stack"])
-    peaks.append(peak_gflops(settings, device))
-    peak = max(peaks)
-    result["matmul_peak_gflops"] = peak
-    result["matmul_peak_gflops_before_after"] = peaks
-    result["runs"] = {name: figures(settings, settings.stack, t, peak) for name, t in measured.items()}
+                run_steps(single, round_steps, separate)
+            # K separate models make one "step" of the stack's K x tokens: their step times add up
+            for i in range(round_steps):
+                measured["separate"].wall.append(sum(separate.wall[i::round_steps]))
+                measured["separate"].cpu.append(sum(separate.cpu[i::round_steps]))
+        run_steps(trial, round_steps, measured["stack"])
+    peaks.measure(settings, device)
+    result["matmul_peak_gflops"] = max(peaks.wall)
+    result["matmul_peak_gflops_measured"] = peaks.wall
+    result["matmul_peak_gflops_per_cpu_s"] = max(peaks.cpu) if peaks.cpu else None
+    result["runs"] = {name: figures(settings, settings.stack, t, peaks, round_steps) for name, t in measured.items()}
     main = result["runs"]["stack"]
-    if warmup:
-        result["compile_s_estimate"] = max(0.0, warmup[0] - main["step_s_median"])
+    result["compile_s_estimate"] = max(0.0, warmup[0] - main["step_s_median"]) if warmup else None
     if settings.compare:
         result["stack_speedup"] = main["tokens_per_s"] / result["runs"]["separate"]["tokens_per_s"]
         cpu_sep, cpu_stack = result["runs"]["separate"]["tokens_per_cpu_s"], main["tokens_per_cpu_s"]
