@@ -152,7 +152,8 @@ def ensure_ray(address: str | None, plan: Plan) -> bool:
 
     if ray.is_initialized():
         return False
-    kwargs: dict[str, Any] = {"log_to_driver": False, "configure_logging": True, "logging_level": "ERROR"}
+    kwargs: dict[str, Any] = {"log_to_driver": False, "configure_logging": True, "logging_level": "ERROR",
+                              "runtime_env": {"env_vars": worker_env()}}
     if address:
         _token_auth_if_available()
         try:
@@ -166,6 +167,13 @@ def ensure_ray(address: str | None, plan: Plan) -> bool:
         local = plan.config.ray
         ray.init(num_cpus=local.num_cpus, num_gpus=local.num_gpus, include_dashboard=False, **kwargs)
     return True
+
+
+def worker_env() -> dict[str, str]:
+    """Environment of the trial processes. OpenMP's default spin-wait makes torch's intra-op threads
+    10-25x slower when trials share cores (they busy-wait for each other's time slices); passive
+    waiting costs nothing when a core is free. It must be set before torch loads, hence here."""
+    return {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
 
 
 def _token_auth_if_available() -> None:
@@ -248,15 +256,24 @@ class LaunchSummary:
     experiment: str
     restored: bool
     messages: list[str] = field(default_factory=list)
+    trial_alive_seconds: float = 0.0  # summed trial lifetimes: training + each trial's start-up, checkpoints, reports
 
     @property
     def utilisation(self) -> float:
+        """The share of the slot-time (slots x wall) spent training."""
         return self.train_seconds / max(1e-9, self.wall_seconds * self.slots)
+
+    @property
+    def overhead_ratio(self) -> float | None:
+        """wall / (summed training / slots): 1.0 means every slot trained all the time."""
+        return self.wall_seconds * self.slots / self.train_seconds if self.train_seconds else None
 
     def to_dict(self) -> dict[str, Any]:
         out = dict(self.__dict__)
         out["utilisation"] = self.utilisation
+        out["overhead_ratio"] = self.overhead_ratio
         out["wall_over_training"] = self.wall_seconds / self.train_seconds if self.train_seconds else None
+        out["alive_fraction"] = self.trial_alive_seconds / max(1e-9, self.wall_seconds * self.slots)
         return out
 
 
@@ -410,6 +427,7 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
         train_seconds=state.stats.train_seconds, slots=concurrency, trials=state.stats.trials_started,
         points_finished=state.stats.points_finished, counts=status_counts(r for r in rows if r["cell_id"] in state.cells),
         resumed=counts, interrupted=interrupted, experiment=experiment, restored=restore, messages=list(state.messages),
+        trial_alive_seconds=state.stats.alive_seconds,
     )
     manifest["launches"][-1].update({k: v for k, v in summary.to_dict().items() if k not in ("messages", "sweep_dir")})
     write_json_atomic(sweep_dir / MANIFEST, manifest)

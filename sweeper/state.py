@@ -90,6 +90,16 @@ class LaunchStats:
     points_finished: int = 0
     trials_started: int = 0
     trial_seconds: dict[str, float] = field(default_factory=dict)  # last train_seconds seen per Tune trial
+    trial_spans: dict[str, list[float]] = field(default_factory=dict)  # [started, last event] per Tune trial (driver clock)
+
+    @property
+    def alive_seconds(self) -> float:
+        """Summed lifetime of the trials (start to end as the driver saw them): training plus each
+        trial's own overhead (start-up, checkpoints, reports); the rest of the slot-time is idle."""
+        return sum(end - start for start, end in self.trial_spans.values())
+
+    def touch(self, tune_trial_id: str, now: float) -> None:
+        self.trial_spans.setdefault(tune_trial_id, [now, now])[1] = now
 
 
 class SweepState:
@@ -341,6 +351,7 @@ class SweepState:
 
     def on_trial_start(self, tune_trial_id: str, pids: list[str]) -> None:
         now = self.clock()
+        self.stats.touch(tune_trial_id, now)
         self.trial_points.setdefault(tune_trial_id, list(pids))
         for rec in self._mine(tune_trial_id, pids):
             if rec.state == "queued":
@@ -356,6 +367,7 @@ class SweepState:
         seconds = float(result.get("train_seconds") or 0.0)
         done = bool(result.get("done"))
         self._count_training(tune_trial_id, seconds)
+        self.stats.touch(tune_trial_id, now)
         finals = {r.get("point_id"): r for r in result.get("results") or [] if isinstance(r, dict)}
         touched: set[str] = set()
         mine = {rec.point_id: rec for rec in self._mine(tune_trial_id, pids)}
@@ -394,6 +406,7 @@ class SweepState:
     def on_trial_end(self, tune_trial_id: str, pids: list[str], result: dict[str, Any] | None, error: str | None) -> None:
         """A trial ended (normally, stopped, or with an error after Tune's retries)."""
         now = self.clock()
+        self.stats.touch(tune_trial_id, now)
         if result and result.get("done") and not error:
             self.on_result(tune_trial_id, pids, {**result, "members": result.get("members") or []})
         touched = set()

@@ -65,15 +65,21 @@ def print_summary(summary: Any, console: Any) -> None:
     done = sum(summary.counts.values())
     verb = "stopped" if summary.interrupted else "finished"
     console.print(f"[bold]Sweep {verb}[/]: {counts_line(summary.counts)} ({done} cells) in {summary.sweep_dir}")
-    ratio = f"{summary.wall_seconds / summary.train_seconds:.2f}" if summary.train_seconds else "—"
-    share = f"{100 * summary.train_seconds / summary.wall_seconds:.0f}%" if summary.wall_seconds else "—"
+    ratio = f"{summary.overhead_ratio:.2f}" if summary.overhead_ratio else "—"
     console.print(
-        f"wall {summary.wall_seconds:.1f} s (Ray start {summary.ray_start_seconds:.1f} s); "
-        f"training {summary.train_seconds:.1f} s summed over {summary.trials} trials: share spent training "
-        f"(summed training / wall) {share} on {summary.slots} trial slots = {100 * summary.utilisation:.0f}% of the "
-        f"slot-time (wall / summed training = {ratio})",
+        f"wall {summary.wall_seconds:.1f} s (Ray start {summary.ray_start_seconds:.1f} s) on {summary.slots} trial slots; "
+        f"training {summary.train_seconds:.1f} s summed over {summary.trials} trials = "
+        f"{100 * summary.utilisation:.0f}% of the slot-time (slots x wall); "
+        f"overhead ratio wall / (summed training / slots) = {ratio}",
         highlight=False,
     )
+    if summary.trial_alive_seconds:
+        alive = summary.trial_alive_seconds / max(1e-9, summary.wall_seconds * summary.slots)
+        console.print(
+            f"trials were alive {summary.trial_alive_seconds:.1f} s = {100 * alive:.0f}% of the slot-time (the rest of "
+            "their time: start-up, checkpoints, reports; the rest of the slot-time: Ray start, scheduling, idle slots)",
+            highlight=False,
+        )
     resumed = summary.resumed
     if any(resumed.get(k) for k in ("finished", "resumed", "rerun", "retried")):
         console.print(

@@ -87,3 +87,27 @@ def test_trials_ask_for_the_yamls_resources_gpu_fractions_included(tmp_path: Pat
 
     bundles = trial_resources(configs[0]).bundles
     assert bundles == [configs[0]["resources"]]
+
+
+def test_slot_time_accounting(tmp_path: Path) -> None:
+    """The launch summary's figures: training summed over trials, trial lifetimes, and the overhead ratio
+    wall / (summed training / slots), which is 1.0 when every slot trained all the time."""
+    from sweeper.driver import LaunchSummary
+
+    state = make_state(tmp_path)
+    now = {"t": 100.0}
+    state.clock = lambda: now["t"]
+    config = state.next_stack("t1")
+    pids = config["spec"]["point_ids"]
+    state.on_trial_start("t1", pids)
+    now["t"] = 104.0
+    state.on_result("t1", pids, {"step": 10, "tokens": 10, "train_seconds": 3.0, "done": False, "members": []})
+    now["t"] = 110.0
+    state.on_trial_end("t1", pids, {"step": 30, "train_seconds": 8.0, "done": False, "members": []}, "boom")
+    assert state.stats.train_seconds == pytest.approx(3.0)  # an ended trial's last report counts; errors add nothing
+    assert state.stats.alive_seconds == pytest.approx(10.0)
+    summary = LaunchSummary(sweep_dir="x", wall_seconds=20.0, ray_start_seconds=5.0, train_seconds=30.0, slots=2,
+                            trials=4, points_finished=0, counts={}, resumed={}, interrupted=False, experiment="run-1",
+                            restored=False, trial_alive_seconds=36.0)
+    assert summary.utilisation == pytest.approx(0.75) and summary.overhead_ratio == pytest.approx(40 / 30)
+    assert summary.to_dict()["alive_fraction"] == pytest.approx(0.9)
