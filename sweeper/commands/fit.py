@@ -137,12 +137,13 @@ def render(doc: dict[str, Any], written: Path | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from sweeper.fits.report import LOOPS_LABEL
     from sweeper.fits.units import format_size
 
     console = Console()
     if not console.is_terminal:
         console = Console(width=160)  # logs and pipes: do not wrap the tables at 80 columns
-    x_name = doc["x"]
+    x_name = "loop count" if doc["x_label"] == LOOPS_LABEL else doc["x"]  # a loop-count sweep fits on `depth` = T
     console.print(f"[bold]{doc['sweep']}[/]: fits against {doc['x_label']} · {doc['e_model']} E · "
                   f"{doc['options']['resamples']} bootstrap resamples ({doc['options']['bootstrap']}), 95% intervals")
     console.print(f"[dim]{doc['inputs']['rule']}[/]")

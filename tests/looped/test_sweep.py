@@ -83,3 +83,30 @@ def test_looped_trial_samples_loops_per_step_and_resumes_exactly(tmp_path):
     resumed = run_trial(spec, checkpoint_dir=tmp_path)
     for a, b in zip(full, resumed):
         assert a.loss == pytest.approx(b.loss, rel=1e-6)
+
+
+def test_fits_and_dashboards_put_the_loop_count_on_the_x_axis(tmp_path, capsys):
+    """A loop-count sweep stores T in the `depth` column and `x: loops` in the manifest: the fits and the
+    dashboards' scaling figures use T as x, labelled as the loop count (with fits.json and before it)."""
+    from dashboards.data import load_sweep as load_dashboard
+    from dashboards.figures.scaling import optimal_lr, scaling
+    from dashboards.synthetic import SyntheticSpec, SyntheticSweep
+    from sweeper.fits.report import LOOPS_LABEL
+    from sweeper.store import MANIFEST, read_manifest, write_json_atomic
+
+    sweep = SyntheticSweep(tmp_path / "s", SyntheticSpec(methods=("pre", "layerrope"), depths=(1, 2, 4, 8), lrs_per_cell=5))
+    sweep.finish()
+    write_json_atomic(tmp_path / "s" / MANIFEST, {**read_manifest(tmp_path / "s"), "x": "loops"})
+    data = load_dashboard(tmp_path / "s")
+    assert data.x_kind == "loops" and {v["loops"] for v in data.size_values().values()} == {1.0, 2.0, 4.0, 8.0}
+    for figure in (scaling(data), optimal_lr(data)):
+        assert figure["layout"]["xaxis"]["title"]["text"].startswith("Loop count T")
+        xs = {x for t in figure["data"] if t.get("mode") == "lines+markers" or t.get("mode") == "markers" for x in t["x"]}
+        assert xs and xs <= {1.0, 2.0, 4.0, 8.0}
+    assert main(["fit", str(tmp_path / "s"), "--resamples", "200"]) == 0
+    out = capsys.readouterr().out
+    assert f"fits against {LOOPS_LABEL}" in out and "Loss vs loop count" in out
+    doc = json.loads((tmp_path / "s" / "fits.json").read_text())
+    assert doc["x"] == "depth" and doc["x_label"] == LOOPS_LABEL
+    assert load_dashboard(tmp_path / "s").fits is not None
+    assert scaling(load_dashboard(tmp_path / "s"))["layout"]["xaxis"]["title"]["text"].lower().startswith("loop count t")
