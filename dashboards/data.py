@@ -140,9 +140,14 @@ class SweepData:
         return bool(self.sizes) and all(_DEPTH_LABEL.match(s) for s in self.sizes)
 
     @cached_property
-    def objective_label(self) -> str:
+    def is_classification(self) -> bool:
+        """An image-classification sweep (the ViT family): losses are cross-entropy per image."""
         families = set(self.points["family"].drop_nulls().unique()) | set(self.cells["family"].drop_nulls().unique())
-        if families and families <= {"vit"}:
+        return bool(families) and families <= {"vit"}
+
+    @cached_property
+    def objective_label(self) -> str:
+        if self.is_classification:
             # `train.objective` is loss or error (1 - top-1 accuracy); the finished points tell which
             scored = self.points.filter(pl.col("objective").is_not_null() & pl.col("loss").is_not_null())
             if scored.height and float((scored["objective"] - scored["loss"]).abs().max() or 0.0) < 1e-12:

@@ -153,7 +153,7 @@ def learning_curves_layout(
         layout,
         [(style.text(m), data.colours[m]) for m in methods],
         x_axis=style.axis("Training tokens"),
-        y_axis=style.axis("Training loss (nats/token)"),
+        y_axis=style.axis("Training loss (cross-entropy)" if data.is_classification else "Training loss (nats/token)"),
         cols=3,
         share_x=True,
     )

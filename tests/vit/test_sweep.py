@@ -108,4 +108,5 @@ stack: 3
     assert read_manifest(sweep)["corpus"].startswith("builtin_images:")
     from dashboards.data import load_sweep as load_dashboard
 
-    assert load_dashboard(sweep).objective_label.startswith("Top-1 error")
+    dashboard = load_dashboard(sweep)
+    assert dashboard.is_classification and dashboard.objective_label.startswith("Top-1 error")
