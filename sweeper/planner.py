@@ -28,7 +28,7 @@ from trials.config import DataConfig, DivergenceConfig, TrainConfig
 
 # Training settings that change how fast a trial runs, not what it computes.
 NON_RESULT_TRAIN_KEYS = ("device", "compile", "threads", "report_every", "checkpoint_every", "drop_diverged",
-                         "fused_loss", "sync_every", "cuda_graphs")
+                         "fused_loss", "sync_every", "cuda_graphs", "micro_batch")
 
 
 @dataclass(frozen=True)
@@ -287,14 +287,16 @@ def auto_stack(cell: Cell, queued: int, max_stack: int, host_memory_bytes: int |
     """How many learning rates one trial of `cell` trains together when `stack: auto`.
 
     Memory per member ≈ weights, gradients and two Adam moments (16 bytes per parameter)
-    plus activations (≈ 96·width bytes per token per layer in fp32, halved for bf16) plus,
+    plus activations (≈ 96·width bytes per token per layer in fp32, halved for bf16, for the
+    tokens of one micro-batch when `train.micro_batch` is set) plus,
     without the fused head + loss, the logits, their log-softmax and gradient (12 bytes per
     token per vocabulary entry); the fused loss instead holds one chunk of logits per trial
     (≤ 1 GiB on a GPU). The budget is the trial's `memory_gb`, else for GPU trials 80 GiB ×
     its GPU fraction, else an even share of half the host's memory. Never more than the
     queued points.
     """
-    tokens = cell.model.seq_len * cell.train.batch_size
+    micro = getattr(cell.train, "micro_batch", None)
+    tokens = cell.model.seq_len * min(cell.train.batch_size, micro or cell.train.batch_size)
     gpu = bool(cell.resources.get("GPU"))
     bytes_act = 96 * cell.width * tokens * cell.depth
     if cell.train.dtype == "bf16" or (cell.train.dtype == "auto" and gpu):

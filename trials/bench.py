@@ -63,6 +63,7 @@ class BenchSettings:
     fused_loss: bool = True
     sync_every: int | None = None
     cuda_graphs: bool = False
+    micro_batch: int | None = None
     compare: bool = False
     rounds: int = 5  # compare: interleaved rounds
 
@@ -76,7 +77,7 @@ class BenchSettings:
             steps=self.warmup + self.steps * (2 if self.compare else 1) + 1, batch_size=self.batch,
             eval_every=10**9, report_every=10**9, checkpoint_every=10**9, device=self.device,  # type: ignore[arg-type]
             dtype=self.dtype, compile=self.compile, threads=self.threads, fused_loss=self.fused_loss,  # type: ignore[arg-type]
-            sync_every=self.sync_every, cuda_graphs=self.cuda_graphs,
+            sync_every=self.sync_every, cuda_graphs=self.cuda_graphs, micro_batch=self.micro_batch,
         )
         # Real text (the interpreter's stdlib sources, bytes) when the vocabulary holds bytes; else a synthetic source.
         data = DataConfig() if self.vocab >= 256 else DataConfig(source="synthetic", synthetic_vocab=self.vocab)

@@ -120,6 +120,7 @@ class TrainConfig(StrictModel):
     fused_loss: bool = True  # LM head + cross-entropy in row chunks, gradients on the way (LLaMA; same math)
     sync_every: PositiveInt | None = None  # steps between host reads of the losses; None: 1 on CPU, 16 on CUDA
     cuda_graphs: bool = False  # CUDA only: capture the whole step in one CUDA graph (implies deferred reads)
+    micro_batch: PositiveInt | None = None  # sequences per forward/backward, gradients accumulated over the batch; None: all
     vision: VisionConfig | None = None  # ViT: augmentation, mixup/cutmix, label smoothing (None: none of them)
 
     @model_validator(mode="after")

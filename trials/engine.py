@@ -21,6 +21,9 @@ rounding, tested), and each is a `train` setting:
   step's loss at the next read, with the same verdicts and steps; only a member diverging by
   those rules trains up to N-1 more steps before it is masked (its own exported weights are
   then later ones; no other member is affected: members share no arithmetic).
+- `micro_batch: M` — forward and backward M sequences at a time, gradients accumulated over the
+  batch, then one optimizer step: the activations of a deep model (≈12 KB per token and layer in
+  fp32) are those of M sequences, so a batch or a stack that would not fit in memory does.
 - `cuda_graphs: true` (CUDA only) — the whole step (zeroing gradients, forward, loss, backward,
   clipping, AdamW) is captured once in one CUDA graph after two warm-up steps and replayed: one
   launch per step instead of ~150 per layer. Needs the deferred sync (a per-step read would be
@@ -55,6 +58,7 @@ class Execution:
     fused_loss: bool
     sync_every: int
     cuda_graphs: bool
+    micro_batch: int | None = None
 
     @property
     def flat_optimizer(self) -> bool:
@@ -69,6 +73,8 @@ class Execution:
         parts = ["compiled" if self.compile else "eager"]
         if self.fused_loss:
             parts.append("fused loss")
+        if self.micro_batch:
+            parts.append(f"micro-batches of {self.micro_batch}")
         if self.cuda_graphs:
             parts.append("CUDA graph")
         parts.append(f"sync every {self.sync_every}")
@@ -83,7 +89,7 @@ def resolve_execution(train: TrainConfig, device: torch.device) -> Execution:
     if sync_every is None:
         sync_every = CUDA_SYNC_EVERY if device.type == "cuda" else 1
     return Execution(compile=bool(train.compile), fused_loss=bool(getattr(train, "fused_loss", True)),
-                     sync_every=int(sync_every), cuda_graphs=graphs)
+                     sync_every=int(sync_every), cuda_graphs=graphs, micro_batch=getattr(train, "micro_batch", None))
 
 
 def compile_regions(model: nn.Module) -> int:
@@ -104,6 +110,28 @@ def make_optimizer(model: Any, lrs: list[float] | Tensor, train: TrainConfig, ex
     return StackedAdamW(model.param_specs(), lrs, **kwargs)
 
 
+def accumulate(
+    loss_fn: Callable[..., Tensor], inputs: Tensor, targets: Tensor, extra: dict[str, Any], micro_batch: int,
+    autocast: Callable[[], contextlib.AbstractContextManager[Any]],
+) -> Tensor:
+    """Forward and backward in micro-batches of `micro_batch` sequences, gradients accumulated; returns the
+    batch's `[K]` losses (detached). Each micro-batch's mean loss is weighted by its share of the batch, so
+    the gradient is the whole batch's (training targets have no ignored positions); per-sequence extras
+    (the looped LM's loop counts) are sliced with the batch."""
+    batch = inputs.shape[0]
+    total: Tensor | None = None
+    for start in range(0, batch, micro_batch):
+        stop = min(batch, start + micro_batch)
+        part = {k: v[start:stop] if isinstance(v, Tensor) and v.ndim and v.shape[0] == batch else v for k, v in extra.items()}
+        with autocast():
+            losses = loss_fn(inputs[start:stop], targets[start:stop], **part)
+        weighted = losses * ((stop - start) / batch)
+        weighted.sum().backward()
+        total = weighted.detach() if total is None else total + weighted.detach()
+    assert total is not None
+    return total
+
+
 class DeviceStep:
     """One training step that reads nothing back to the host (deferred-sync and CUDA-graph modes).
 
@@ -121,8 +149,10 @@ class DeviceStep:
         explode_factor: float | None,
         *,
         graphs: bool = False,
+        micro_batch: int | None = None,
     ) -> None:
         self.loss_fn, self.opt, self.autocast_dtype = loss_fn, optimizer, autocast_dtype
+        self.micro_batch = micro_batch
         self.explode_factor = explode_factor
         self.graphs = graphs
         device = optimizer.lrs.device
@@ -149,18 +179,22 @@ class DeviceStep:
     def _body(self, inputs: Tensor, targets: Tensor, extra: dict[str, Any]) -> Tensor:
         """Zero gradients, forward, instant divergence rules, backward, update. Graph-capturable."""
         self.opt.zero_grad()
-        with self._autocast():
-            losses = self.loss_fn(inputs, targets, **extra)
-        seen = losses.detach().to(torch.float64)
+        if self.micro_batch is None:
+            with self._autocast():
+                losses = self.loss_fn(inputs, targets, **extra)
+            losses.sum().backward()
+            losses = losses.detach()
+        else:
+            losses = accumulate(self.loss_fn, inputs, targets, extra, self.micro_batch, self._autocast)
+        seen = losses.to(torch.float64)
         first = torch.isnan(self.init_losses) & torch.isfinite(seen)
         self.init_losses.copy_(torch.where(first, seen, self.init_losses))
         ok = torch.isfinite(seen)
         if self.explode_factor is not None:
             ok = ok & ~(seen > self.explode_factor * self.init_losses)
-        self.opt.active.copy_(self.opt.active & ok)
-        losses.sum().backward()
+        self.opt.active.copy_(self.opt.active & ok)  # masks this step's update: gradients are discarded there
         self.opt.step_tensors()
-        return losses.detach().float()
+        return losses.float()
 
     def run(self, inputs: Tensor, targets: Tensor, extra: dict[str, Any], lr_scale: float) -> Tensor:
         self.opt.set_scalars(lr_scale)

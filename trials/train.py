@@ -40,7 +40,7 @@ from trials.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoin
 from trials.data import check_vocab, open_source
 from trials.data.base import seed_words
 from trials.divergence import DivergenceMonitor
-from trials.engine import DeviceStep, compile_regions, make_optimizer, resolve_execution
+from trials.engine import DeviceStep, accumulate, compile_regions, make_optimizer, resolve_execution
 from trials.errors import TrialInputError
 from trials.fused_loss import member_losses as fused_member_losses
 from trials.schedule import LRSchedule, total_steps
@@ -99,6 +99,8 @@ class Trial:
         self.device = resolve_device(train.device)
         self.autocast = resolve_autocast(train.dtype, self.device)
         self.execution = resolve_execution(train, self.device)
+        if train.micro_batch is not None and cfg.family == "vit":
+            raise TrialInputError("train.micro_batch: not for the vit family (its drop-path masks are drawn per batch); leave it unset")
         if train.threads:
             torch.set_num_threads(train.threads)
 
@@ -114,7 +116,8 @@ class Trial:
         self.device_step: DeviceStep | None = None
         if self.execution.deferred:
             self.device_step = DeviceStep(
-                self._losses, self.opt, self.autocast, spec.divergence.explode_factor, graphs=self.execution.cuda_graphs
+                self._losses, self.opt, self.autocast, spec.divergence.explode_factor, graphs=self.execution.cuda_graphs,
+                micro_batch=train.micro_batch,
             )
         self._pending: list[tuple[int, torch.Tensor]] = []  # (step, [K] losses on the device) not yet observed
         self.vision: ClassificationBatches | None = None
@@ -269,13 +272,19 @@ class Trial:
             losses = self.device_step.run(inputs, targets, extra, self.schedule.factor(self.step))
             self._pending.append((self.step, losses))
             return
-        with self._autocast():
-            losses = self._losses(inputs, targets, **extra)
-        self._observe(self.step, losses.detach().float().cpu().tolist())
+        if self.spec.train.micro_batch is None:
+            with self._autocast():
+                losses = self._losses(inputs, targets, **extra)
+            self._observe(self.step, losses.detach().float().cpu().tolist())
+        else:  # forward and backward per micro-batch (activations of one at a time), then the same step
+            losses = accumulate(self._losses, inputs, targets, extra, self.spec.train.micro_batch, self._autocast)
+            self._observe(self.step, losses.cpu().tolist())
         alive = [not self.monitor.members[m].diverged for m in self.slots]
         if not any(alive):
+            self.opt.zero_grad()
             return
-        losses.sum().backward()
+        if self.spec.train.micro_batch is None:
+            losses.sum().backward()
         mask = None if all(alive) else torch.tensor(alive, device=self.device)
         self.opt.step(self.schedule.factor(self.step), active=mask)
         self.opt.zero_grad()

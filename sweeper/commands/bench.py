@@ -49,6 +49,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--no-fused-loss", action="store_true", help="the model's own head + cross-entropy instead of the fused one")
     p.add_argument("--sync-every", type=int, default=None, help="steps between host reads of the losses (default 1 cpu, 16 cuda)")
     p.add_argument("--cuda-graphs", action="store_true", help="capture the whole step in one CUDA graph (cuda only)")
+    p.add_argument("--micro-batch", type=int, default=None, help="sequences per forward/backward (gradients accumulated)")
     p.add_argument("--cold-compile", action="store_true",
                    help="compile into an empty cache (the first step then shows the full compile time)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
@@ -62,7 +63,7 @@ def _check(args: argparse.Namespace) -> None:
             raise UserError(f"--{name.replace('_', '-')}: must be >= 1 (got {value})")
     if args.steps < 5:
         raise UserError(f"--steps: must be >= 5 (got {args.steps}); they run in 5 rounds, a matmul peak before each")
-    for name in ("threads", "heads", "sync_every"):
+    for name in ("threads", "heads", "sync_every", "micro_batch"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise UserError(f"--{name.replace('_', '-')}: must be >= 1 (got {value})")
@@ -99,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
         method=args.method, width=args.width, depth=args.depth, heads=args.heads, stack=args.stack, compile=args.compile,
         device=args.device, dtype=args.dtype or ("bf16" if args.device == "cuda" else "fp32"), seq_len=args.seq_len,
         batch=args.batch, vocab=args.vocab, threads=args.threads, steps=args.steps, warmup=args.warmup,
-        fused_loss=not args.no_fused_loss, sync_every=args.sync_every, cuda_graphs=args.cuda_graphs, compare=args.compare,
+        fused_loss=not args.no_fused_loss, sync_every=args.sync_every, cuda_graphs=args.cuda_graphs,
+        micro_batch=args.micro_batch, compare=args.compare,
         rounds=5,
     )
     try:

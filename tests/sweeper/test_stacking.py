@@ -75,6 +75,9 @@ def test_auto_stack_follows_memory(tmp_path: Path) -> None:
     # Host memory is shared between the trials that run at once.
     assert auto_stack(cell, 64, 64, 8 * 2**30, 4) < auto_stack(cell, 64, 64, 8 * 2**30, 1)
     assert auto_stack(cell, 2, 8, 8 * 2**30, 1) == 2  # never more than the queued points
+    # Micro-batches of 2 sequences hold the activations of 2 x 128 tokens instead of 8 x 128.
+    micro = replace(fused, train=cell.train.model_copy(update={"micro_batch": 2}))
+    assert auto_stack(micro, 8, 8, None, 1) == (2**30 - 2**23) // (16 * cell.params + 96 * 128 * 256 * 8) == 5
 
 
 def test_trials_ask_for_the_yamls_resources_gpu_fractions_included(tmp_path: Path) -> None:

@@ -183,3 +183,13 @@ def test_cuda_graphs_need_cuda() -> None:
 
     with pytest.raises(TrialInputError, match="cuda_graphs"):
         Trial(spec([1e-3], device="cpu", cuda_graphs=True))
+
+
+@pytest.mark.parametrize("every", [1, 5], ids=["per-step", "deferred"])
+def test_micro_batches_accumulate_the_whole_batch(every: int) -> None:
+    """Gradients accumulated over micro-batches of 3 + 1 sequences equal the whole batch's to rounding."""
+    lrs = [2e-3, 60.0, 2e-2]
+    whole, micro = run_trial(spec(lrs, sync_every=every)), run_trial(spec(lrs, sync_every=every, micro_batch=3))
+    for a, b in zip(outcome(whole), outcome(micro)):
+        assert a[0] == b[0] and a[2:] == b[2:]
+        assert (a[1] is None and b[1] is None) or a[1] == pytest.approx(b[1], abs=1e-5)
