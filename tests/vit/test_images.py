@@ -11,7 +11,7 @@ import pytest
 
 from trials.config import DataConfig
 from trials.data import open_source
-from trials.data.images import BuiltinImages, read_netpbm, render_shapes, resize_square
+from trials.data.images import BuiltinImages, ImageBatchStream, read_netpbm, render_shapes, resize_square
 from trials.errors import TrialInputError
 
 
@@ -69,6 +69,10 @@ def test_stream_order_is_seeded_and_resumes_exactly():
         assert np.array_equal(rx, x) and np.array_equal(ry, y)
     with pytest.raises(TrialInputError, match="does not belong"):
         source.train_stream(8, seed=6, image_size=8, channels=3).load_state(stream2.state())
+    plain = ImageBatchStream(source.arrays(8, 3), 8, seed=5, prefetch=False)  # prefetching never changes a batch
+    for x, y in batches:
+        px, py = plain.next_batch()
+        assert np.array_equal(px, x) and np.array_equal(py, y)
     evals = source.eval_batches(2, 2, 8, 3)
     assert [len(y) for _, y in evals] == [2, 1]  # 3 validation images: all of them, in order
 

@@ -33,8 +33,9 @@ import json
 import math
 import os
 from abc import ABC, abstractmethod
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -65,35 +66,50 @@ class ImageArrays:
     std: tuple[float, ...]
 
 
-class ImageBatchStream:
-    """Training images in epochs of seeded permutations; `state()` is the exact position."""
+@lru_cache(maxsize=4)
+def _epoch_order(seed: int, epoch: int, n: int) -> np.ndarray:
+    return np.random.default_rng(seed_words(seed, epoch, n)).permutation(n)
 
-    def __init__(self, arrays: ImageArrays, batch_size: int, seed: int) -> None:
+
+class ImageBatchStream:
+    """Training images in epochs of seeded permutations; `state()` is the exact position.
+
+    With `prefetch` (default) the next batch is read on a background thread while the current one
+    trains (reading a large batch from a memory-mapped cache takes a while); a batch is a pure
+    function of its position, so prefetching never changes what is served."""
+
+    def __init__(self, arrays: ImageArrays, batch_size: int, seed: int, *, prefetch: bool = True) -> None:
         self.arrays, self.batch_size, self.seed = arrays, batch_size, seed
         self.n = len(arrays.train_y)
         if self.n < 1:
             raise TrialInputError("data: no training images")
         self.position = 0
-        self._epoch = -1
-        self._perm = np.empty(0, dtype=np.int64)
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="images") if prefetch else None
+        self._ahead: tuple[int, Future[tuple[np.ndarray, np.ndarray]]] | None = None
 
     def indices(self, first: int, count: int) -> np.ndarray:
+        """Image indices of stream positions `first .. first + count - 1`."""
         out = np.empty(count, dtype=np.int64)
         for i in range(count):
             epoch, index = divmod(first + i, self.n)
-            if epoch != self._epoch:
-                self._perm = np.random.default_rng(seed_words(self.seed, epoch, self.n)).permutation(self.n)
-                self._epoch = epoch
-            out[i] = self._perm[index]
+            out[i] = _epoch_order(self.seed, epoch, self.n)[index]
         return out
 
-    def next_batch(self) -> tuple[np.ndarray, np.ndarray]:
-        """uint8 images `[B, H, W, C]` and int64 labels `[B]`."""
-        idx = self.indices(self.position, self.batch_size)
-        self.position += self.batch_size
+    def read(self, first: int) -> tuple[np.ndarray, np.ndarray]:
+        """The batch starting at stream position `first`: uint8 images `[B, H, W, C]`, int64 labels `[B]`."""
+        idx = self.indices(first, self.batch_size)
         order = np.argsort(idx)  # sorted reads from a memory map, then back to the stream's order
         x = np.asarray(self.arrays.train_x[idx[order]])[np.argsort(order)]
         return x, np.asarray(self.arrays.train_y[idx], dtype=np.int64)
+
+    def next_batch(self) -> tuple[np.ndarray, np.ndarray]:
+        """The next batch (see `read`)."""
+        ahead, self._ahead = self._ahead, None
+        batch = ahead[1].result() if ahead is not None and ahead[0] == self.position else self.read(self.position)
+        self.position += self.batch_size
+        if self._pool is not None:
+            self._ahead = (self.position, self._pool.submit(self.read, self.position))
+        return batch
 
     def state(self) -> dict[str, Any]:
         return {"kind": "images", "images": self.position, "seed": self.seed, "n": self.n}
