@@ -37,7 +37,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from models.config import ModelConfig
-from models.family_settings import family_scheme_options, loop_settings, normalised_sites, vit_hidden, vit_settings
+from models.family_settings import (
+    family_scheme_options,
+    loop_settings,
+    normalised_sites,
+    vit_hidden,
+    vit_settings,
+)
 from models.registry import make_scheme
 
 

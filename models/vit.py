@@ -47,7 +47,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from models.config import ModelConfig
-from models.family_settings import ViTSettings, family_scheme_options, normalised_sites, vit_hidden, vit_settings
+from models.family_settings import (
+    ViTSettings,
+    family_scheme_options,
+    normalised_sites,
+    vit_hidden,
+    vit_settings,
+)
 from models.llama import LlamaLM
 from models.registry import make_scheme
 from models.scheme import BLOCK_WEIGHTS, ParamKind, Scheme

@@ -103,7 +103,7 @@ def test_truncation_changes_the_gradient_but_not_the_loss(tokens):
 def test_per_sequence_counts_equal_separate_runs(tokens):
     cfg = looped_config("peri", backprop_loops=2, loop_sampling="per_sequence")
     model = perturb(make(cfg, stack=2, dtype=torch.float64), seed=3)
-    x, y = tokens[:, :-1], tokens[:, 1:]
+    x = tokens[:, :-1]
     counts = torch.tensor([1, 5, 3])
     logits = model(x, counts)
     (logits.sum(dim=(1, 2, 3)) * torch.tensor([1.0, 2.0], dtype=torch.float64)).sum().backward()

@@ -11,7 +11,13 @@ import pytest
 
 from trials.config import DataConfig
 from trials.data import open_source
-from trials.data.images import BuiltinImages, ImageBatchStream, read_netpbm, render_shapes, resize_square
+from trials.data.images import (
+    BuiltinImages,
+    ImageBatchStream,
+    read_netpbm,
+    render_shapes,
+    resize_square,
+)
 from trials.errors import TrialInputError
 
 

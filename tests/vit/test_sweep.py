@@ -8,13 +8,13 @@ import polars as pl
 import pytest
 
 from sweeper.cli import main
+from sweeper.errors import UserError
 from sweeper.planner import build_plan
 from sweeper.schema import load_sweep, validate_data
-from sweeper.errors import UserError
 from sweeper.store import load_cells, load_points, read_manifest
 from trials.config import DataConfig
-from trials.spec import TrialSpec
 from trials.run import run_trial
+from trials.spec import TrialSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 

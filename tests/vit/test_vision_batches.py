@@ -8,7 +8,14 @@ import torch
 
 from trials.config import VisionConfig
 from trials.data.images import ImageArrays
-from trials.vision import ClassificationBatches, crop_and_flip, crop_boxes, cutmix, mix_draw, soft_targets
+from trials.vision import (
+    ClassificationBatches,
+    crop_and_flip,
+    crop_boxes,
+    cutmix,
+    mix_draw,
+    soft_targets,
+)
 
 
 def arrays(n: int = 8, size: int = 8) -> ImageArrays:

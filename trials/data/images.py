@@ -215,7 +215,7 @@ class BuiltinImages(ImageSource):
         self.vocab = classes
         self.class_names = BUILTIN_CLASS_NAMES[:classes]
         total = classes * per_class
-        self.n_val = max(1, int(round(total * val_fraction)))
+        self.n_val = max(1, round(total * val_fraction))
         if self.n_val >= total:
             raise TrialInputError(f"data.val_fraction {val_fraction} leaves no training images among {total}")
         self.fingerprint = f"builtin_images:v{BUILTIN_VERSION}:c{classes}:n{per_class}:seed{seed}:val{val_fraction:g}"
@@ -227,9 +227,9 @@ class BuiltinImages(ImageSource):
         names = ("train_x", "train_y", "val_x", "val_y")
         if (folder / "meta.json").is_file():
             try:
-                arrays = [np.load(folder / f"{name}.npy", mmap_mode="r") for name in names]
+                loaded = {name: np.load(folder / f"{name}.npy", mmap_mode="r") for name in names}
                 meta = json.loads((folder / "meta.json").read_text())
-                return ImageArrays(*arrays, tuple(meta["mean"]), tuple(meta["std"]))
+                return ImageArrays(**loaded, mean=tuple(meta["mean"]), std=tuple(meta["std"]))
             except (OSError, ValueError, KeyError):
                 pass  # a damaged entry: draw again
         total = self.classes * self.per_class
@@ -409,7 +409,7 @@ def resize_square(images: np.ndarray, size: int) -> np.ndarray:
     import torch
     import torch.nn.functional as F
 
-    n, height, width, _ = images.shape
+    _, height, width, _ = images.shape
     if height == width == size:
         return images
     scale = size / min(height, width)
@@ -606,7 +606,7 @@ class NpzImages(ImageSource):
         for part in (path, Path(os.path.expanduser(val_path)) if val_path else None):
             if part is not None:
                 with open(part, "rb") as fh:
-                    for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
+                    while block := fh.read(1 << 20):
                         sha.update(block)
         split = "val_path" if val_path else ("x_val" if "x_val" in arrays else f"val{val_fraction:g}")
         self.fingerprint = f"images:npz:sha256-{sha.hexdigest()[:16]}:{split}"
