@@ -153,7 +153,7 @@ def ensure_ray(address: str | None, plan: Plan) -> bool:
     if ray.is_initialized():
         return False
     kwargs: dict[str, Any] = {"log_to_driver": False, "configure_logging": True, "logging_level": "ERROR",
-                              "runtime_env": {"env_vars": worker_env()}}
+                              "runtime_env": {"env_vars": worker_env(), "worker_process_setup_hook": PRELOAD_HOOK}}
     if address:
         _token_auth_if_available()
         try:
@@ -167,6 +167,9 @@ def ensure_ray(address: str | None, plan: Plan) -> bool:
         local = plan.config.ray
         ray.init(num_cpus=local.num_cpus, num_gpus=local.num_gpus, include_dashboard=False, **kwargs)
     return True
+
+
+PRELOAD_HOOK = "trials.ray_entry.preload"  # workers import torch and the trainer as they start, beside Tune's set-up
 
 
 def worker_env() -> dict[str, str]:

@@ -54,6 +54,16 @@ def _restore_into(local: Path) -> None:
         shutil.copytree(folder, local / f"step-{step:09d}")
 
 
+def preload() -> None:
+    """Ray worker start-up hook (`runtime_env.worker_process_setup_hook`, set by `sweeper launch`):
+    import torch and the training code while the driver is still setting Tune up, so that the first
+    trial in a worker does not wait for them. A failure here must never stop a worker."""
+    try:
+        import trials.train  # noqa: F401  (torch, models, data sources)
+    except Exception:
+        pass
+
+
 def trainable(config: dict[str, Any]) -> None:
     import torch
 
