@@ -104,10 +104,11 @@ def compile_regions(model: nn.Module) -> int:
 
 def make_optimizer(model: Any, lrs: list[float] | Tensor, train: TrainConfig, execution: Execution) -> Any:
     opt = train.optimizer
-    kwargs = dict(betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay, grad_clip=opt.grad_clip)
     if execution.flat_optimizer:
-        return FlatStackedAdamW(model.param_specs(), lrs, compile=execution.compile, **kwargs)
-    return StackedAdamW(model.param_specs(), lrs, **kwargs)
+        return FlatStackedAdamW(model.param_specs(), lrs, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay,
+                                grad_clip=opt.grad_clip, compile=execution.compile)
+    return StackedAdamW(model.param_specs(), lrs, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay,
+                        grad_clip=opt.grad_clip)
 
 
 def accumulate(

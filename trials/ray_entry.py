@@ -57,11 +57,12 @@ def _restore_into(local: Path) -> None:
 def preload() -> None:
     """Ray worker start-up hook (`runtime_env.worker_process_setup_hook`, set by `sweeper launch`):
     import torch and the training code while the driver is still setting Tune up, so that the first
-    trial in a worker does not wait for them. A failure here must never stop a worker."""
-    try:
+    trial in a worker does not wait for them. A failure here must never stop a worker (the trial's own
+    import then reports it)."""
+    import contextlib
+
+    with contextlib.suppress(Exception):
         import trials.train  # noqa: F401  (torch, models, data sources)
-    except Exception:
-        pass
 
 
 def trainable(config: dict[str, Any]) -> None:

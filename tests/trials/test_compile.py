@@ -22,8 +22,8 @@ CUDA = torch.cuda.is_available()
 
 
 def spec(depth: int = 2, lrs: tuple[float, ...] = (2e-3, 2e-2), **train: object) -> TrialSpec:
-    recipe = dict(steps=10, batch_size=4, eval_every=10, eval_batches=2, report_every=1,
-                  schedule=ScheduleConfig(warmup=3), optimizer=OptimizerConfig(grad_clip=1.0))
+    recipe = {"steps": 10, "batch_size": 4, "eval_every": 10, "eval_batches": 2, "report_every": 1,
+                  "schedule": ScheduleConfig(warmup=3), "optimizer": OptimizerConfig(grad_clip=1.0)}
     recipe.update(train)
     model = ModelConfig(scheme="layerrope", width=32, depth=depth, n_heads=2, vocab=48, seq_len=16)
     return TrialSpec(model=model, train=TrainConfig(**recipe), data=SYNTH, lrs=list(lrs), seed=3)  # type: ignore[arg-type]
@@ -109,7 +109,7 @@ def test_cuda_deferred_step_never_synchronizes() -> None:
 
 
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
-@pytest.mark.parametrize("options", [dict(), dict(compile=True), dict(cuda_graphs=True), dict(compile=True, cuda_graphs=True)],
+@pytest.mark.parametrize("options", [{}, {"compile": True}, {"cuda_graphs": True}, {"compile": True, "cuda_graphs": True}],
                          ids=["deferred", "compiled", "graph", "compiled-graph"])
 def test_cuda_bf16_paths_match_eager(options: dict) -> None:
     """bf16 autocast on CUDA: every fast path against the eager per-step path (bf16 rounding tolerance),

@@ -22,7 +22,7 @@ SYNTH = DataConfig(source="synthetic", synthetic_vocab=48, synthetic_tokens=8192
 
 
 def tiny(scheme: str = "layerrope", **kw: object) -> ModelConfig:
-    base = dict(scheme=scheme, width=32, depth=2, n_heads=2, vocab=48, seq_len=16)
+    base = {"scheme": scheme, "width": 32, "depth": 2, "n_heads": 2, "vocab": 48, "seq_len": 16}
     base.update(kw)
     return ModelConfig(**base)  # type: ignore[arg-type]
 
@@ -33,7 +33,7 @@ def test_flat_adamw_matches_stacked_adamw(scheme: str) -> None:
     cfg = tiny(scheme, depth=3, scheme_options=options)
     lrs = [1e-3, 5e-3, 2e-2]
     ref, fast = build_model(cfg, stack=3, seed=1), build_model(cfg, stack=3, seed=1)
-    kw = dict(betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, grad_clip=0.5)
+    kw = {"betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1, "grad_clip": 0.5}
     ref_opt = StackedAdamW(ref.param_specs(), lrs, **kw)
     fast_opt = FlatStackedAdamW(fast.param_specs(), lrs, **kw)
     assert len(fast_opt.groups) < len(list(fast.parameters()))  # grouped, whatever the depth
@@ -116,8 +116,8 @@ def test_fused_loss_does_not_depend_on_the_chunking() -> None:
 
 
 def spec(lrs: list[float], divergence: DivergenceConfig | None = None, **train: object) -> TrialSpec:
-    recipe = dict(steps=24, batch_size=4, eval_every=12, eval_batches=2, report_every=6,
-                  schedule=ScheduleConfig(warmup=3), optimizer=OptimizerConfig(grad_clip=1.0))
+    recipe = {"steps": 24, "batch_size": 4, "eval_every": 12, "eval_batches": 2, "report_every": 6,
+                  "schedule": ScheduleConfig(warmup=3), "optimizer": OptimizerConfig(grad_clip=1.0)}
     recipe.update(train)
     return TrialSpec(model=tiny(), train=TrainConfig(**recipe), data=SYNTH, lrs=lrs, seed=3,  # type: ignore[arg-type]
                      divergence=divergence or DivergenceConfig())
