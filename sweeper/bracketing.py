@@ -11,8 +11,12 @@ any finite one. `failed` points (crashes) carry no information: they are skipped
 looking for neighbours and are never proposed again.
 
 Policy. Start from the initial grid. While the best point has no finished neighbour on a
-side, extend on that side by the grid factor (waiting first for active points on that
-side, which may bracket it). When every finished point diverged, go lower. Once
+side, extend on that side by the grid factor. New learning rates are proposed only once
+every active point of the cell has finished: which points are explored (and so the optimum
+found) is then a function of the results alone, never of the order in which trials happen
+to finish — a killed and relaunched driver, a retried trial or a busier cluster reorders
+them, and an eager extension decided on a partial grid explored other learning rates
+(tests/reliability). When every finished point diverged, go lower. Once
 bracketed, optionally refine with the two half-steps around the best point (this stops
 by itself: after one refinement the neighbours are half a step away). A bound or the
 trial cap that prevents the next step ends the cell as `edge`. Every proposed learning
@@ -194,13 +198,13 @@ def decide(points: Sequence[GridPoint], policy: LRPolicy, *, initial: Sequence[f
     right = informative[i + 1] if i < len(informative) - 1 else None
     base = dict(best=best, interp_lr=interp_lr, interp_objective=interp_obj, neighbours=(left, right))
 
+    if active:  # any of them may become the best, or bracket it: decide on complete information
+        return CellDecision("running", reason="waiting for results", **base)
     proposals: list[float] = []
     blocked: list[str] = []
     for direction, neighbour in ((-1, left), (+1, right)):
         if neighbour is not None:
             continue
-        if any((p.lr - best.lr) * direction > 0 for p in active):
-            continue  # an active point on this side may bracket it
         room = min(budget - len(proposals), policy.extend_by)
         step = _walk(best.lr, direction, policy, tried, room)
         if step:
@@ -213,8 +217,6 @@ def decide(points: Sequence[GridPoint], policy: LRPolicy, *, initial: Sequence[f
             )
     if proposals:
         return CellDecision("running", tuple(sorted(proposals)), reason="extending the grid", **base)
-    if active:
-        return CellDecision("running", reason="waiting for results", **base)
     if blocked:
         return CellDecision("edge", reason="; ".join(blocked), **base)
 

@@ -125,7 +125,9 @@ class SweepState:
         self.decisions: dict[str, CellDecision] = {}
         self.waiting: dict[str, str] = {}  # cell -> why it cannot start yet
         self.trial_points: dict[str, list[str]] = {}
+        self.initial_grids: dict[str, list[float]] = {}  # cell -> its first grid (recorded in the ledger)
         self.restored_trials: set[str] = set()
+        self.reported_trials: set[str] = set()  # Tune trials that reported at least once in this launch
         self.other_cells: dict[str, dict[str, Any]] = {}  # cells of earlier launches not in this plan
         self.stopping = False
         self.expected_corpus: str | None = None
@@ -190,9 +192,29 @@ class SweepState:
         for tid, pids in claimed.items():
             self.trial_points[tid] = list(pids)
             self.restored_trials.add(tid)
+        self._requeue_initial_grids()
         for cid in self.cells:
             self.refresh(cid)
         return counts
+
+    def _requeue_initial_grids(self) -> None:
+        """Queue again the learning rates of a cell's initial grid that were never assigned.
+
+        The queue lives in memory only. A driver killed after a cell's first stacks were assigned
+        but before the rest of its initial grid was would otherwise resume with a partial grid,
+        which `decide` treats as the whole grid: it extends from there and explores other learning
+        rates than an uninterrupted run. The grid a cell started from is recorded in its ledger
+        study (`initial_grid`) when its first point is opened.
+        """
+        recorded = {cid: attrs.get("initial_grid") for cid, attrs in self.ledger.cells().items()}
+        for cid, grid in recorded.items():
+            if cid not in self.cells or not self.points[cid] or not isinstance(grid, list):
+                continue
+            self.initial_grids[cid] = [float(lr) for lr in grid]
+            known = {rec.lr for rec in self.points[cid].values()} | set(self.queue[cid])
+            policy = self.cells[cid].policy  # the LR policy may have changed since: stay inside its bounds
+            self.queue[cid].extend(lr for lr in self.initial_grids[cid]
+                                   if lr not in known and policy.lo <= lr <= policy.hi)
 
     # -- decisions ------------------------------------------------------------------------------
     def grid_points(self, cid: str) -> list[GridPoint]:
@@ -208,6 +230,8 @@ class SweepState:
         initial = None
         if not pts:
             initial = self._initial_grid(cell)
+            if initial is not None:
+                self.initial_grids[cid] = list(initial[: cell.policy.max_points])
             if initial is None:
                 d = CellDecision("pending", reason=self.waiting.get(cid, "waiting"))
                 self.decisions[cid] = d
@@ -323,7 +347,8 @@ class SweepState:
             if rec.ledger_trial is None:
                 rec.ledger_trial = self.ledger.open_point(
                     cid, pid, lr, (cell.policy.lo, cell.policy.hi), attempt=rec.attempt,
-                    tune_trial_id=tune_trial_id, cell_attrs=cell_attrs(cell),
+                    tune_trial_id=tune_trial_id,
+                    cell_attrs={**cell_attrs(cell), "initial_grid": self.initial_grids.get(cid)},
                 )
             else:
                 self.ledger.update(rec.ledger_trial, state="queued", attempt=rec.attempt, tune_trial_id=tune_trial_id)
@@ -367,6 +392,7 @@ class SweepState:
         seconds = float(result.get("train_seconds") or 0.0)
         done = bool(result.get("done"))
         self._count_training(tune_trial_id, seconds)
+        self.reported_trials.add(tune_trial_id)
         self.stats.touch(tune_trial_id, now)
         finals = {r.get("point_id"): r for r in result.get("results") or [] if isinstance(r, dict)}
         touched: set[str] = set()
@@ -410,8 +436,19 @@ class SweepState:
         if result and result.get("done") and not error:
             self.on_result(tune_trial_id, pids, {**result, "members": result.get("members") or []})
         touched = set()
+        unrestorable = bool(error) and tune_trial_id in self.restored_trials and tune_trial_id not in self.reported_trials
         for rec in self._mine(tune_trial_id, pids):
-            if error:
+            if unrestorable:
+                # A trial of an earlier launch that failed before its first report here could not be
+                # restored (typically: Tune's last experiment snapshot names a checkpoint that Tune had
+                # already replaced and deleted when the driver was killed). Its points did nothing wrong:
+                # re-run them from scratch, as points whose trial did not survive the last launch.
+                rec.state, rec.tune_trial_id = "queued", None
+                rec.reason = f"re-run: its trial could not be restored ({error[:200]})"
+                self.queue[rec.cell_id].append(rec.lr)
+                self.messages.append(f"{rec.point_id}: {rec.reason}")
+                self._row(rec, now)
+            elif error:
                 self._finish(rec, "failed", {"reason": error}, None, now)
             elif self.stopping:
                 continue  # interrupted: stays active, the next launch resumes it

@@ -9,6 +9,8 @@ member's final weights to `export_dir/<i>/` when the trial has finished. `should
 asked before every step; when it answers True the trial checkpoints and returns, with its
 unfinished members `failed` ("stopped at step s of N"), ready to be resumed.
 
+Fault injection for reliability tests: see `trials.faults` (off unless LAYERROPE_SWEEPER_FAULTS is set).
+
 Bad input (a missing file, a too-small vocabulary, an optional extra not installed) raises
 `trials.errors.TrialInputError` with a one-line message naming the field.
 """
@@ -18,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from trials.faults import make_trial
 from trials.spec import PointResult, StepReport, TrialSpec
-from trials.train import Trial
 
 
 def run_trial(
@@ -30,5 +32,5 @@ def run_trial(
     export_dir: str | Path | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> list[PointResult]:
-    trial = Trial(spec)
+    trial = make_trial(spec)  # a plain Trial unless LAYERROPE_SWEEPER_FAULTS asks for injected faults (tests)
     return trial.run(report=report, checkpoint_dir=checkpoint_dir, export_dir=export_dir, should_stop=should_stop)
