@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import sys
 import time
 from typing import Any
 
@@ -51,7 +53,11 @@ def run(args: argparse.Namespace) -> int:
         return dry_run(plan, args.throughput, as_json=args.json, console=console)
     from sweeper.driver import launch
 
-    summary = launch(plan, address=args.address, retry_failed=args.retry_failed, console=console, started=started)
+    # With --json, stdout carries the summary only: Ray's driver-side listener prints cluster events
+    # ("(raylet) A worker died ...") to whatever sys.stdout is, which made the output unparseable
+    # exactly when a trial process died. They go to stderr, beside the live display.
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        summary = launch(plan, address=args.address, retry_failed=args.retry_failed, console=console, started=started)
     if args.json:
         print(json.dumps(summary.to_dict(), indent=2, default=str))
     else:
