@@ -290,8 +290,8 @@ def auto_stack(cell: Cell, queued: int, max_stack: int, host_memory_bytes: int |
     plus activations (≈ 96·width bytes per token per layer in fp32, halved for bf16, for the
     tokens of one micro-batch when `train.micro_batch` is set) plus,
     without the fused head + loss, the logits, their log-softmax and gradient (12 bytes per
-    token per vocabulary entry); the fused loss instead holds one chunk of logits per trial
-    (≤ 1 GiB on a GPU). The budget is the trial's `memory_gb`, else for GPU trials 80 GiB ×
+    token per vocabulary entry); the fused loss instead holds one chunk of logits (32 MiB per
+    member on a CPU, ≤ 1 GiB per trial on a GPU). The budget is the trial's `memory_gb`, else for GPU trials 80 GiB ×
     its GPU fraction, else an even share of half the host's memory. Never more than the
     queued points.
     """
@@ -302,8 +302,11 @@ def auto_stack(cell: Cell, queued: int, max_stack: int, host_memory_bytes: int |
     if cell.train.dtype == "bf16" or (cell.train.dtype == "auto" and gpu):
         bytes_act //= 2
     fused = cell.family == "llama" and getattr(cell.train, "fused_loss", False)
-    bytes_logits = 0 if fused else 12 * tokens * cell.model.vocab
-    per_trial = (2**30 if gpu else 2**23) if fused else 0
+    if not fused:
+        bytes_logits = 12 * tokens * cell.model.vocab
+    else:  # one chunk: at most 2**23 logits per member on a CPU (trials.fused_loss), counted per trial on a GPU
+        bytes_logits = 0 if gpu else 4 * cell.model.vocab * min(tokens, 2**23 // max(1, cell.model.vocab))
+    per_trial = 2**30 if fused and gpu else 0
     per_member = 16 * cell.params + bytes_act + bytes_logits
     if cell.memory_gb:
         budget = cell.memory_gb * 2**30

@@ -66,7 +66,8 @@ def test_auto_stack_follows_memory(tmp_path: Path) -> None:
     cell = next(iter(state.cells.values()))
     fused = replace(cell, memory_gb=1.0)  # per member: 16 B x 9.5M params + 12 KiB per token and layer
     per_member = 16 * cell.params + 96 * 128 * 1024 * 8
-    assert auto_stack(fused, 8, 8, None, 1) == (2**30 - 2**23) // per_member == 4
+    chunk = 4 * 32000 * (2**23 // 32000)  # the fused loss's chunk of logits: 262 rows of 32000
+    assert auto_stack(fused, 8, 8, None, 1) == 2**30 // (per_member + chunk) == 3
     unfused = replace(fused, train=cell.train.model_copy(update={"fused_loss": False}))
     assert auto_stack(unfused, 8, 8, None, 1) == 2**30 // (per_member + 12 * 1024 * 32000) == 1  # + the logits
     # A quarter of a GPU (80 GiB assumed) holds many; bf16 autocast halves the activations.
@@ -77,7 +78,7 @@ def test_auto_stack_follows_memory(tmp_path: Path) -> None:
     assert auto_stack(cell, 2, 8, 8 * 2**30, 1) == 2  # never more than the queued points
     # Micro-batches of 2 sequences hold the activations of 2 x 128 tokens instead of 8 x 128.
     micro = replace(fused, train=cell.train.model_copy(update={"micro_batch": 2}))
-    assert auto_stack(micro, 8, 8, None, 1) == (2**30 - 2**23) // (16 * cell.params + 96 * 128 * 256 * 8) == 5
+    assert auto_stack(micro, 8, 8, None, 1) == 2**30 // (16 * cell.params + 96 * 128 * 256 * 8 + 4 * 32000 * 256) == 5
 
 
 def test_trials_ask_for_the_yamls_resources_gpu_fractions_included(tmp_path: Path) -> None:
