@@ -75,6 +75,13 @@ def main(argv: list[str] | None = None) -> int:
         # `sweeper optima DIR | head`: the reader left; not an error of ours.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:  # after BrokenPipeError (an OSError too): a full disk, a size limit... one line, exit 1
+        from sweeper.storage_errors import DISK_ERRNOS, describe
+
+        if exc.errno not in DISK_ERRNOS:
+            raise
+        sys.stderr.write(f"error: {describe(exc)}\n")
+        return 1
 
 
 if __name__ == "__main__":

@@ -132,10 +132,13 @@ def _copy_index(name: str) -> int:
 def open_store(sweep_dir: Path, ledger: Any, messages: list[str]) -> Any:
     """The store writer; a damaged store is set aside and rebuilt from the ledger."""
     from sweeper.repair import rebuild_store
-    from sweeper.store import StoreWriter
+    from sweeper.store import StoreWriter, load_cells, load_curves
 
     try:
-        return StoreWriter(sweep_dir)
+        writer = StoreWriter(sweep_dir)  # reads every point chunk
+        load_curves(sweep_dir)  # and every curve chunk and the cells: a damaged one is found now, not by a reader
+        load_cells(sweep_dir)
+        return writer
     except UserError as exc:
         moved = rebuild_store(sweep_dir, ledger)
         messages.append(f"store was damaged ({exc.message.split(';')[0]}); rebuilt from the ledger, old copy in {moved}")
@@ -319,8 +322,49 @@ def launch(plan: Plan, *, address: str | None = None, retry_failed: bool = False
     try:
         return _launch_locked(plan, old_manifest, corpus, address=address, retry_failed=retry_failed,
                               console=console, started=started)
+    except UserError:
+        raise
+    except Exception as exc:  # a full disk or a locked ledger outside Tune's loop: one line, not a traceback
+        from sweeper.storage_errors import as_user_error, is_storage_error
+
+        if not is_storage_error(exc):
+            raise
+        raise as_user_error(exc, storage_url_of(plan), what=RESUME_HINT) from None
     finally:
         lock.close()
+
+
+RESUME_HINT = "every finished result is kept; run the same command again to resume once this is fixed"
+
+
+def storage_url_of(plan: Plan) -> str:
+    from sweeper.ledger import storage_url
+
+    return storage_url(plan.config.ledger, plan.sweep_dir)
+
+
+def check_ledger_has_the_store(url: str, ledger_points: dict[str, list[Any]], store_points: Any) -> None:
+    """Refuse to resume when the store holds finished points that the ledger does not: the ledger
+    (the record, always written first) was replaced or damaged, and resuming would train those
+    points again and overwrite their rows."""
+    import polars as pl
+
+    if not store_points.height:
+        return
+    known = {p.point_id: p for points in ledger_points.values() for p in points}
+    finished = store_points.filter(pl.col("state").is_in(["ok", "diverged", "failed"]))
+    missing = []
+    for pid, state, attempt in finished.select("point_id", "state", "attempt").iter_rows():
+        record = known.get(pid)
+        # The ledger may be ahead of the store (a retry or re-run opened since: a higher attempt), never behind.
+        if record is None or (record.state != state and record.attempt <= (attempt or 0)):
+            missing.append(pid)
+    if missing:
+        raise UserError(
+            f"{url}: the ledger has no record of {len(missing)} finished point(s) that the store holds "
+            f"(e.g. {missing[0]}): it was replaced or damaged. Restore it from a backup, or launch into a new "
+            "--output; the store is left as it is (sweeper status/optima still read it)"
+        )
 
 
 def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str | None, *, address: str | None,
@@ -342,9 +386,12 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
     try:
         ledger_points = ledger.load()
     except Exception as exc:
-        raise UserError(f"ledger {url}: cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
+        from sweeper.storage_errors import as_user_error
+
+        raise as_user_error(exc, url, what="nothing was changed; the store still shows every result") from None
     store = open_store(sweep_dir, ledger, messages)
     latest = load_points(sweep_dir)
+    check_ledger_has_the_store(url, ledger_points, latest)
     store_states = dict(zip(latest["point_id"].to_list(), latest["state"].to_list())) if latest.height else {}
     previous_cells = {row["cell_id"]: row for row in load_cells(sweep_dir).to_dicts()}
 
@@ -404,14 +451,30 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
     try:
         with display:
             if not state.all_done():
-                tuner.fit()
+                try:
+                    tuner.fit()
+                except Exception as exc:
+                    # Tune's own bookkeeping after its loop (the result grid reads every trial's error file)
+                    # fails on files written while a disk was full. The sweeper does not use it: after a
+                    # storage fault the fault is what to report, after a finished sweep it is noise.
+                    if state.fault is None and not state.all_done():
+                        raise
+                    state.messages.append(f"Ray Tune's result summary failed ({type(exc).__name__}); "
+                                          "ignored: every result is in the ledger and the store")
             interrupted = not state.all_done()
             state.stopping = interrupted
     except KeyboardInterrupt:
         interrupted = True
         state.stopping = True
     finally:
-        state.flush(force=True)
+        try:
+            state.flush(force=True)
+        except Exception as exc:
+            from sweeper.storage_errors import is_storage_error
+
+            if not is_storage_error(exc):
+                raise
+            state.record_fault(exc)  # the rows stay unwritten; the ledger has them, the next launch adds them
         activate(None)
         if _main_thread():
             signal.signal(signal.SIGTERM, previous_term)
@@ -433,6 +496,15 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
         trial_alive_seconds=state.stats.alive_seconds,
     )
     manifest["launches"][-1].update({k: v for k, v in summary.to_dict().items() if k not in ("messages", "sweep_dir")})
+    if state.fault is not None:
+        manifest["launches"][-1]["fault"] = state.fault
+        try:
+            write_json_atomic(sweep_dir / MANIFEST, manifest)
+        except OSError:
+            pass  # the disk may still be full; the manifest of the previous launch stays valid
+        from sweeper.storage_errors import StorageFault
+
+        raise StorageFault(f"the sweep stopped: {state.fault}; {RESUME_HINT}")
     write_json_atomic(sweep_dir / MANIFEST, manifest)
     return summary
 

@@ -14,19 +14,31 @@ from typing import Any
 
 import polars as pl
 
-from sweeper.store import CURVES_SCHEMA, StoreWriter
+from sweeper.errors import UserError
+from sweeper.store import CURVES_SCHEMA, StoreWriter, _read_chunks
 
 
 def rebuild_store(sweep_dir: Path, ledger: Any) -> Path:
-    """Returns where the old store was moved."""
+    """Returns where the old store was moved. The ledger is read completely before anything is
+    touched: an unreadable or empty ledger leaves the store where it is (rebuilding from it would
+    replace every result with an empty table)."""
+    from sweeper.storage_errors import as_user_error
+
     store = sweep_dir / "store"
+    try:
+        cells = ledger.cells()
+        ledger_points = ledger.load()
+    except Exception as exc:
+        raise as_user_error(exc, ledger.url, what="the store was left as it is; nothing to rebuild from") from None
+    if not any(ledger_points.values()) and any(store.glob("points/*.parquet")):
+        raise UserError(f"{ledger.url}: the ledger holds no points but the store has results; the ledger was "
+                        "replaced or emptied, so the store was left as it is (restore the ledger from a backup)")
     moved = sweep_dir / f"store.damaged-{time.strftime('%Y%m%d-%H%M%S')}"
     if store.exists():
         shutil.move(str(store), moved)
     writer = StoreWriter(sweep_dir)
-    cells = ledger.cells()
     rows = []
-    for cid, points in ledger.load().items():
+    for cid, points in ledger_points.items():
         attrs = cells.get(cid, {})
         for p in points:
             m = p.metrics
@@ -48,9 +60,9 @@ def rebuild_store(sweep_dir: Path, ledger: Any) -> Path:
     curves_dir = moved / "curves"
     if curves_dir.is_dir():
         for path in sorted(curves_dir.glob("*.parquet")):
-            try:
-                salvaged.append(pl.read_parquet(path).select([pl.col(c).cast(t) for c, t in CURVES_SCHEMA.items()]))
-            except Exception:
+            try:  # the store's reader: a damaged chunk raises (checksums), it never aborts or reads wrong values
+                salvaged.append(_read_chunks([path], CURVES_SCHEMA))
+            except UserError:
                 continue
     if salvaged:
         writer.append_curves(pl.concat(salvaged).to_dicts())

@@ -12,9 +12,12 @@ driver sets before `Tuner.fit()`. One sweep runs per driver process.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
+import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +43,27 @@ def active() -> SweepState:
     return _ACTIVE
 
 
+def _stop_on_storage_fault(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a Tune hook; a storage fault (disk full, ledger locked) stops the sweep the way Ctrl-C
+    does — Tune saves the experiment, in-flight trials stay resumable — instead of crashing the
+    driver with a traceback. Any other exception propagates."""
+
+    @functools.wraps(method)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except Exception as exc:
+            from sweeper.storage_errors import is_storage_error
+
+            if _ACTIVE is None or not is_storage_error(exc):
+                raise
+            if _ACTIVE.record_fault(exc):
+                os.kill(os.getpid(), signal.SIGINT)  # Tune's own graceful stop (the driver maps SIGTERM the same way)
+            return None
+
+    return guarded
+
+
 def point_ids(config: dict[str, Any] | None) -> list[str]:
     spec = (config or {}).get("spec") or {}
     return list(spec.get("point_ids") or [])
@@ -54,6 +78,7 @@ class SweepSearcher(Searcher):
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
         return True
 
+    @_stop_on_storage_fault
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         result = active().next_stack(trial_id)
         return Searcher.FINISHED if result == FINISHED else result
@@ -93,15 +118,19 @@ def _error_text(trial: Any) -> str:
 class SweepRecorder(Callback):
     """The driver-side writer: every trial event goes to the sweep state."""
 
+    @_stop_on_storage_fault
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         active().on_trial_start(trial.trial_id, point_ids(trial.config))
 
+    @_stop_on_storage_fault
     def on_trial_restore(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         active().on_trial_start(trial.trial_id, point_ids(trial.config))
 
+    @_stop_on_storage_fault
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         active().on_result(trial.trial_id, point_ids(trial.config), result)
 
+    @_stop_on_storage_fault
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         state = active()
         pids = point_ids(trial.config)
@@ -112,15 +141,22 @@ class SweepRecorder(Callback):
         # whole stack) can only waste disk from now on.
         remove_checkpoints(trial)
 
+    @_stop_on_storage_fault
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        active().on_trial_end(trial.trial_id, point_ids(trial.config), trial.last_result, _error_text(trial))
+        state = active()
+        before = state.fault
+        state.on_trial_end(trial.trial_id, point_ids(trial.config), trial.last_result, _error_text(trial))
+        if before is None and state.fault is not None:  # the trial died of a full disk: stop like Ctrl-C
+            os.kill(os.getpid(), signal.SIGINT)
 
+    @_stop_on_storage_fault
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
         state = active()
         state.flush()
         for hook in _HOOKS:
             hook(state)
 
+    @_stop_on_storage_fault
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         active().flush(force=True)
 

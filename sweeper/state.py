@@ -130,6 +130,7 @@ class SweepState:
         self.reported_trials: set[str] = set()  # Tune trials that reported at least once in this launch
         self.other_cells: dict[str, dict[str, Any]] = {}  # cells of earlier launches not in this plan
         self.stopping = False
+        self.fault: str | None = None  # why the ledger or the store could not be written (the sweep stops)
         self.expected_corpus: str | None = None
         self.stats = LaunchStats(started=clock())
         self._point_rows: list[dict[str, Any]] = []
@@ -437,6 +438,10 @@ class SweepState:
             self.on_result(tune_trial_id, pids, {**result, "members": result.get("members") or []})
         touched = set()
         unrestorable = bool(error) and tune_trial_id in self.restored_trials and tune_trial_id not in self.reported_trials
+        from sweeper.storage_errors import is_transient_text
+
+        if is_transient_text(error):  # a full disk killed the trial (its checkpoint): stop, resume later
+            self.record_fault(OSError(28, "No space left on device", "a trial's checkpoint"))
         for rec in self._mine(tune_trial_id, pids):
             if unrestorable:
                 # A trial of an earlier launch that failed before its first report here could not be
@@ -448,10 +453,10 @@ class SweepState:
                 self.queue[rec.cell_id].append(rec.lr)
                 self.messages.append(f"{rec.point_id}: {rec.reason}")
                 self._row(rec, now)
-            elif error:
+            elif error and not self.fault:
                 self._finish(rec, "failed", {"reason": error}, None, now)
             elif self.stopping:
-                continue  # interrupted: stays active, the next launch resumes it
+                continue  # interrupted (or a storage fault): stays active, the next launch resumes it
             else:
                 self._finish(rec, "failed", {"reason": "the trial ended without a final report"}, None, now)
             touched.add(rec.cell_id)
@@ -459,6 +464,18 @@ class SweepState:
         for cid in touched:
             self.refresh(cid)
         self.flush(force=True)
+
+    def record_fault(self, exc: BaseException) -> bool:
+        """The ledger or the store failed (disk full, ledger locked...): stop like Ctrl-C, so that
+        in-flight points stay active and resume on the next launch. True the first time."""
+        first = self.fault is None
+        if first:
+            from sweeper.storage_errors import describe
+
+            self.fault = describe(exc, self.ledger.url)
+            self.messages.append(f"stopping: {self.fault}")
+        self.stopping = True
+        return first
 
     def should_stop(self, tune_trial_id: str, pids: list[str]) -> bool:
         """Stop a trial none of whose points is still its to train (a restored trial of finished points)."""
@@ -546,10 +563,18 @@ class SweepState:
             return
         if self._point_rows:
             rows, self._point_rows = self._point_rows, []
-            self.store.append_points(rows)
+            try:
+                self.store.append_points(rows)
+            except BaseException:  # e.g. a full disk: keep the rows for the next flush
+                self._point_rows = rows + self._point_rows
+                raise
         if self._curve_rows:
             rows, self._curve_rows = self._curve_rows, []
-            self.store.append_curves(rows)
+            try:
+                self.store.append_curves(rows)
+            except BaseException:
+                self._curve_rows = rows + self._curve_rows
+                raise
         if self._cells_dirty:
             self.store.write_cells(self.cell_rows())
             self._cells_dirty = False

@@ -38,6 +38,13 @@ def run(args: argparse.Namespace) -> int:
         url = manifest.get("ledger")
         if not url:
             raise UserError(f"{args.dir}: the manifest names no ledger; nothing to rebuild from")
+        local = Path(args.dir) / "ledger.db"
+        if url.startswith("sqlite:") and url.endswith("/ledger.db") and local.is_file():
+            # The default ledger lives in the sweep directory; the manifest holds its absolute path at
+            # launch time, which is another sweep's ledger after the directory was moved or copied.
+            from sweeper.ledger import storage_url
+
+            url = storage_url("sqlite", Path(args.dir))
         moved = rebuild_store(Path(args.dir), Ledger(url))
         console.print(f"rebuilt {args.dir}/store from the ledger ({url}); the old store is in {moved}",
                       highlight=False)
