@@ -568,6 +568,58 @@ def _nonfinite(value: Any, path: tuple[str | int, ...], out: list[Problem]) -> N
             _nonfinite(v, (*path, i), out)
 
 
+def _bools_for_numbers(raw: Any) -> list[Problem]:
+    """YAML's true/false where the schema wants a number: pydantic's lax mode reads `true` as 1
+    (`steps: true` trained one step, `batch_size: yes` used one sequence). Walks the raw document
+    along the sweep's JSON schema, so every numeric field of every embedded section is covered."""
+    schema = json_schema()
+    defs = schema.get("$defs", {})
+
+    def branches(node: dict[str, Any]) -> list[dict[str, Any]]:
+        while "$ref" in node:
+            node = defs.get(node["$ref"].rsplit("/", 1)[-1], {})
+        out = [node]
+        for key in ("anyOf", "oneOf", "allOf"):
+            out += [b for sub in node.get(key, []) for b in branches(sub)]
+        return out
+
+    def types(node: dict[str, Any]) -> set[str]:
+        found: set[str] = set()
+        for b in branches(node):
+            t = b.get("type")
+            found |= set(t) if isinstance(t, list) else ({t} if t else set())
+            if "const" in b or "enum" in b:
+                found |= {"boolean" if isinstance(v, bool) else "other" for v in b.get("enum", [b.get("const")])}
+        return found
+
+    problems: list[Problem] = []
+
+    def walk(value: Any, node: dict[str, Any], path: tuple[str | int, ...]) -> None:
+        if isinstance(value, bool):
+            allowed = types(node)
+            if allowed & {"integer", "number"} and "boolean" not in allowed:
+                problems.append(Problem(path, f"expected a number (got {str(value).lower()})"))
+            return
+        for b in branches(node):
+            if isinstance(value, dict) and (b.get("properties") or isinstance(b.get("additionalProperties"), dict)):
+                for key, item in value.items():
+                    child = b.get("properties", {}).get(key, b.get("additionalProperties"))
+                    if isinstance(child, dict):
+                        walk(item, child, (*path, str(key)))
+            elif isinstance(value, list) and isinstance(b.get("items"), dict):
+                for i, item in enumerate(value):
+                    walk(item, b["items"], (*path, i))
+            elif isinstance(value, list) and isinstance(b.get("prefixItems"), list):
+                for i, (item, child) in enumerate(zip(value, b["prefixItems"])):
+                    walk(item, child, (*path, i))
+
+    walk(raw, schema, ())
+    unique: dict[tuple[str | int, ...], Problem] = {}
+    for problem in problems:  # one line per field even when several schema branches reach it
+        unique.setdefault(problem.path, problem)
+    return list(unique.values())
+
+
 # ----------------------------------------------------------------------------------------------
 # Checks that span sections or touch the filesystem
 
@@ -805,6 +857,7 @@ def validate_data(raw: Any, *, base: Path | None = None, lines: LoadedYaml | Non
     for k in bad_keys:
         problems.append(Problem((), f"keys must be text (got {_show(k)})"))
     _nonfinite(raw, (), problems)
+    problems.extend(_bools_for_numbers(raw))
     cfg: SweepConfig | None = None
     failed: set[str] = set()
     try:
