@@ -38,10 +38,15 @@ import torch
 from models import ModelConfig, count_params, flops_per_token
 from models.bench import matmul_peak_gflops
 from trials.config import DataConfig, DivergenceConfig, TrainConfig
+from trials.errors import TrialInputError
 from trials.spec import TrialSpec
 from trials.train import Trial
 
-BENCH_LR = 1e-3  # small enough that no member diverges during a benchmark
+BENCH_LR = 1e-3
+# Only a non-finite loss (a rule that cannot be switched off) stops a member: the smoothed-loss rules would
+# stop a member whose loss rises for a step before warmup ends, and a stopped member's steps skip their
+# backward pass, which would make the figures wrong. A benchmark that loses a member refuses to report.
+NO_DIVERGENCE = DivergenceConfig(explode_factor=None, init_loss_margin=1e9, spike_factor=1e9, spike_patience=10**9)
 
 
 @dataclass(frozen=True)
@@ -82,7 +87,7 @@ class BenchSettings:
         # Real text (the interpreter's stdlib sources, bytes) when the vocabulary holds bytes; else a synthetic source.
         data = DataConfig() if self.vocab >= 256 else DataConfig(source="synthetic", synthetic_vocab=self.vocab)
         lrs = [BENCH_LR * (1 + 0.1 * i) for i in range(stack)]
-        return TrialSpec(model=self.model(), train=train, data=data, divergence=DivergenceConfig(), lrs=lrs, seed=0)
+        return TrialSpec(model=self.model(), train=train, data=data, divergence=NO_DIVERGENCE, lrs=lrs, seed=0)
 
 
 @dataclass
@@ -220,6 +225,20 @@ def counting(settings: BenchSettings) -> dict[str, Any]:
     }
 
 
+def check_alive(trial: Trial) -> None:
+    dead = [(m, w.reason) for m, w in enumerate(trial.monitor.members) if w.diverged]
+    if dead:
+        m, reason = dead[0]
+        raise TrialInputError(f"bench: member {m} diverged ({reason}); its steps would be timed without their backward pass")
+
+
+def compile_seconds() -> float:
+    """Wall seconds torch.compile has spent in this process so far (Dynamo, AOTAutograd, inductor)."""
+    from torch._dynamo.utils import calculate_time_spent
+
+    return float(calculate_time_spent().get("total_wall_time", 0.0))
+
+
 def build(settings: BenchSettings, stack: int) -> tuple[Trial, float]:
     start = time.perf_counter()
     trial = Trial(settings.spec(stack))
@@ -233,12 +252,14 @@ def run_bench(settings: BenchSettings) -> dict[str, Any]:
     and once at the end; with `compare`, every round runs the separate models, then the stack.
     """
     load_start = os.getloadavg()
+    compiled_before = compile_seconds()
     trial, build_s = build(settings, settings.stack)
     device = trial.device
     warmup = warm_up(trial, settings.warmup)
     result: dict[str, Any] = {
         "settings": asdict(settings), "execution": trial.execution.describe(), "machine": machine(device),
         "counting": counting(settings), "build_s": build_s, "warmup_step_s": warmup,
+        "compile_s": compile_seconds() - compiled_before,
     }
     singles = [build(settings, 1)[0] for _ in range(settings.stack)] if settings.compare else []
     for single in singles:
@@ -260,12 +281,13 @@ def run_bench(settings: BenchSettings) -> dict[str, Any]:
                 measured["separate"].cpu.append(sum(separate.cpu[i::round_steps]))
         run_steps(trial, round_steps, measured["stack"])
     peaks.measure(settings, device)
+    for t in (trial, *singles):
+        check_alive(t)
     result["matmul_peak_gflops"] = max(peaks.wall)
     result["matmul_peak_gflops_measured"] = peaks.wall
     result["matmul_peak_gflops_per_cpu_s"] = max(peaks.cpu) if peaks.cpu else None
     result["runs"] = {name: figures(settings, settings.stack, t, peaks, round_steps) for name, t in measured.items()}
     main = result["runs"]["stack"]
-    result["compile_s_estimate"] = max(0.0, warmup[0] - main["step_s_median"]) if warmup else None
     if settings.compare:
         result["stack_speedup"] = main["tokens_per_s"] / result["runs"]["separate"]["tokens_per_s"]
         cpu_sep, cpu_stack = result["runs"]["separate"]["tokens_per_cpu_s"], main["tokens_per_cpu_s"]

@@ -145,7 +145,8 @@ def print_result(result: dict[str, Any]) -> None:
         highlight=False,
     )
     warm = ", ".join(f"{x:.2f}" for x in result["warmup_step_s"])
-    console.print(f"build {result['build_s']:.2f} s; warm-up steps (not measured) {warm} s", highlight=False)
+    compiled = f"; torch.compile {result['compile_s']:.1f} s" if result["compile_s"] else ""
+    console.print(f"build {result['build_s']:.2f} s; warm-up steps (not measured) {warm} s{compiled}", highlight=False)
     table = Table(header_style="bold")
     table.add_column("")
     runs = result["runs"]
