@@ -184,10 +184,15 @@ def _write_parquet_atomic(frame: pl.DataFrame, path: Path) -> None:
 def _read_parquet(fh: Any) -> pl.DataFrame:
     """One chunk, through pyarrow with page checksums verified. polars' own reader, given a damaged
     chunk, returned silently different values for about 1 in 20 single-bit flips and could abort
-    the whole process (a failed allocation of a corrupted length); pyarrow raises instead."""
+    the whole process (a failed allocation of a corrupted length); pyarrow raises instead.
+    The chunk is read into memory first and decoded without threads: pyarrow's I/O and CPU thread
+    pools, once started, made short-lived readers abort at exit now and then ("terminate called
+    without an active exception", 3 in 60 runs of `sweeper status`)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    return pl.from_arrow(pq.ParquetFile(fh, page_checksum_verification=True).read())  # type: ignore[return-value]
+    table = pq.ParquetFile(pa.BufferReader(fh.read()), page_checksum_verification=True).read(use_threads=False)
+    return pl.from_arrow(table)  # type: ignore[return-value]
 
 
 def _frame(rows: Iterable[dict[str, Any]], schema: dict[str, pl.DataType]) -> pl.DataFrame:

@@ -1,0 +1,174 @@
+"""Item 7: `sweeper status`, `sweeper optima` and the dashboard read a sweep while it runs.
+
+The kill test's sweep runs twice, back to back (subprocess drivers on the session's Ray): alone,
+then while three readers poll it as fast as they can — `status --json` and `optima --format json`
+in new processes back to back, and a `sweeper dashboard` process whose update endpoint is polled
+incrementally. Every read must succeed with whole rows (no torn or short table: a cell never shows
+fewer finished points than an earlier read), and the sweep must end with the uninterrupted run's
+results.
+
+The readers run at the lowest CPU priority (nice 19): on a 2-core machine, readers at equal
+priority simply take CPU from the trials (a back-to-back `sweeper status` loop is a core of
+Python start-up), which says nothing about the store. At nice 19 they get the CPU the sweep leaves,
+so a slowdown would come from the writer waiting for readers — chunks are renamed into place and
+readers take no lock, so it should not. The readers' CPU time is recorded beside the wall times.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sweeper.store import CELL_STATUSES
+
+from .conftest import KILL_SWEEP, Driver, cli_cmd, optima_json, write_sweep
+
+pytestmark = pytest.mark.slow
+
+
+class Reader(threading.Thread):
+    """Runs `read()` back to back until stopped; keeps counts, errors and CPU time."""
+
+    def __init__(self, name: str, read: Any) -> None:
+        super().__init__(name=name, daemon=True)
+        self.read, self.stop = read, threading.Event()
+        self.reads, self.errors, self.cpu = 0, [], 0.0
+        self.seen: dict[str, int] = {}  # cell -> finished points last seen
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.read(self)
+                self.reads += 1
+            except Exception as exc:  # noqa: BLE001 (every failure is collected and asserted on)
+                self.errors.append(f"{type(exc).__name__}: {exc}"[:500])
+
+    def monotone(self, cell: str, finished: int) -> None:
+        if finished < self.seen.get(cell, 0):
+            raise AssertionError(f"{cell}: {finished} finished points after {self.seen[cell]} (a short read)")
+        self.seen[cell] = finished
+
+
+def run_with_cpu(proc: subprocess.Popen) -> tuple[int, bytes, bytes, float]:
+    """Wait for a process; (exit code, stdout, stderr, CPU seconds), from wait4."""
+    assert proc.stdout is not None and proc.stderr is not None
+    err_chunks: list[bytes] = []
+    drain = threading.Thread(target=lambda: err_chunks.append(proc.stderr.read()), daemon=True)  # type: ignore[union-attr]
+    drain.start()
+    out = proc.stdout.read()
+    drain.join()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, out, b"".join(err_chunks), usage.ru_utime + usage.ru_stime
+
+
+READER_ENV = {**os.environ, "PYTHONFAULTHANDLER": "1"}  # a crashing reader prints where it crashed
+
+
+def lowest_priority() -> None:
+    os.nice(19)
+
+
+def cli_read(args: list[str]) -> Any:
+    def read(reader: Reader) -> None:
+        proc = subprocess.Popen(cli_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=READER_ENV,
+                                preexec_fn=lowest_priority)
+        code, out, err, cpu = run_with_cpu(proc)
+        reader.cpu += cpu
+        if code != 0 or b"Traceback" in err:
+            raise AssertionError(f"exit {code}: {err.decode(errors='replace')[-3000:]}")
+        doc = json.loads(out)
+        for row in doc["cells"]:
+            assert row["cell_id"] and row["status"] in CELL_STATUSES, row
+            reader.monotone(row["cell_id"], row["n_points"])
+
+    return read
+
+
+def dashboard_read(url: str) -> Any:
+    state = {"since": 0, "epoch": ""}
+
+    def read(reader: Reader) -> None:
+        query = f"since={state['since']}" + (f"&epoch={state['epoch']}" if state["epoch"] else "")
+        with urllib.request.urlopen(f"{url}api/update?{query}", timeout=60) as resp:
+            msg = json.loads(resp.read())
+        assert msg["error"] is None, msg["error"]
+        state["since"], state["epoch"] = msg["rev"], msg.get("epoch") or ""
+        reader.monotone("summary", msg["summary"]["n_points"])
+
+    return read
+
+
+def test_readers_poll_a_running_sweep_without_errors_or_torn_rows(ray_session, tmp_path, reference_run, drivers,
+                                                                 figures):
+    # Baseline: the same sweep without readers, just before (the machine's load drifts).
+    (tmp_path / "alone").mkdir()
+    alone = Driver(write_sweep(tmp_path / "alone", "killsweep", **KILL_SWEEP), ray_session, tmp_path / "logs")
+    drivers.append(alone)
+    alone.summary()
+    baseline, load_alone = time.time() - alone.started, os.getloadavg()[0]
+
+    yaml = write_sweep(tmp_path, "killsweep", **KILL_SWEEP)
+    sweep = tmp_path / "killsweep"
+    driver = Driver(yaml, ray_session, tmp_path / "logs")
+    drivers.append(driver)
+    deadline = time.time() + 120
+    while not (sweep / "manifest.json").exists():
+        assert time.time() < deadline and driver.running, "the sweep never started"
+        time.sleep(0.05)
+
+    dash = subprocess.Popen(cli_cmd("dashboard", str(sweep), "--port", "0"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=READER_ENV, preexec_fn=lowest_priority)
+    assert dash.stdout is not None
+    url = re.search(r"http://\S+/", dash.stdout.readline().decode()).group(0)  # type: ignore[union-attr]
+    readers = [Reader("status", cli_read(["status", str(sweep), "--json"])),
+               Reader("optima", cli_read(["optima", str(sweep), "--format", "json"])),
+               Reader("dashboard", dashboard_read(url))]
+    for reader in readers:
+        reader.start()
+    try:
+        driver.summary()
+        wall, load_during = time.time() - driver.started, os.getloadavg()[0]
+    finally:
+        for reader in readers:
+            reader.stop.set()
+        for reader in readers:
+            reader.join(120)
+        dash.terminate()
+        _, _, _, dash_cpu = run_with_cpu(dash)
+
+    for reader in readers:
+        assert not reader.errors, (reader.name, reader.errors[:5])
+        assert reader.reads >= 3, (reader.name, reader.reads)
+    keys = ("cell_id", "status", "best_lr", "best_loss", "interp_lr", "interp_objective", "n_points")
+    got = [{k: r[k] for k in keys} for r in optima_json(sweep)["cells"]]
+    want = [{k: r[k] for k in keys} for r in optima_json(reference_run["dir"])["cells"]]
+    assert got == want
+    assert wall < 3 * baseline, (wall, baseline)  # a writer blocked by readers would stall; CPU sharing slows a bit
+
+    figures.record(
+        "concurrency", order=12, title="Concurrent readers",
+        does=("the 4-cell sweep again while `status --json`, `optima --format json` (new processes, back to back) "
+              "and the dashboard's update endpoint poll it without pause"),
+        reads={r.name: r.reads for r in readers},
+        read_errors=sum(len(r.errors) for r in readers),
+        torn_or_short_reads=0,
+        results_equal_to_uninterrupted=got == want,
+        sweep_wall_seconds_without_readers=round(baseline, 1),
+        sweep_wall_seconds_with_readers=round(wall, 1),
+        slowdown=round(wall / baseline, 2),
+        reader_priority="nice 19 (they take the CPU the trials leave)",
+        reader_cpu_seconds=round(sum(r.cpu for r in readers) + dash_cpu, 1),
+        load_average_before_and_during=[round(load_alone, 1), round(load_during, 1)],
+        cpus=os.cpu_count(),
+    )
