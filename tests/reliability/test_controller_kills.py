@@ -34,6 +34,14 @@ KILLS = 6
 SEED = int(os.environ.get("RELIABILITY_KILL_SEED", "8"))  # the kill moments: random.Random(SEED)
 
 
+def _trained_since(sweep: Path, since: float) -> bool:
+    """A learning-curve row written after `since`: the launch started at `since` is training."""
+    if not (sweep / "store").is_dir():
+        return False
+    curves = load_curves(sweep)
+    return curves.height > 0 and curves["time"].max() > since
+
+
 def _finished(sweep: Path) -> int:
     """Points finished so far, as the store shows them (0 before the store exists)."""
     if not (sweep / "store").is_dir():
@@ -52,13 +60,15 @@ def test_driver_killed_six_times_completes_with_the_uninterrupted_results(ray_se
     for _ in range(KILLS):
         driver = Driver(yaml, ray_session, tmp_path / "logs")
         drivers.append(driver)
-        if rng.random() < 0.25:  # during start-up: imports, Ray connection, ledger load, Tune restore
-            phase, delay = "start-up", rng.uniform(1.0, 8.0)
+        if rng.random() < 0.25:  # 1-8 s after the start: imports, Ray connection, Tune restore, or training
+            phase, delay = "1-8 s after start", rng.uniform(1.0, 8.0)
             time.sleep(delay)
-        else:  # while trials train and results are recorded: after 1-3 more points finished, plus 0-2 s
-            phase, delay, more = "training", rng.uniform(0.0, 2.0), rng.randint(1, 3)
+        else:  # while trials train and results are recorded: once this launch trains (and 0-2 more points
+            # finished), plus 0-2 s
+            phase, delay, more = "while training", rng.uniform(0.0, 2.0), rng.randint(0, 2)
             before = _finished(sweep)
-            wait_for(lambda: _finished(sweep) >= before + more or not driver.running, 300, "training progress")
+            wait_for(lambda: (_trained_since(sweep, driver.started) and _finished(sweep) >= before + more)
+                     or not driver.running, 300, "training progress")
             time.sleep(delay)
         assert driver.running, f"the sweep ended before kill {len(kills) + 1}; make it longer"
         killed_at = driver.kill_group()
@@ -120,9 +130,9 @@ def test_driver_killed_six_times_completes_with_the_uninterrupted_results(ray_se
     figures.record(
         "controller_kills", order=1, title="Controller kills",
         does=(f"SIGKILL of the driver's process group at {KILLS} seeded random moments of a 4-cell sweep "
-              "(start-up, and after 1-3 more points finished), relaunch after each; compare with an uninterrupted run"),
+              "(1-8 s after a start, or once training and 0-2 more points finished, plus 0-2 s), relaunch after each; compare with an uninterrupted run"),
         kills_survived=len(kills),
-        kill_phases={p: sum(k["phase"] == p for k in kills) for p in ("start-up", "training")},
+        kill_phases={p: sum(k["phase"] == p for k in kills) for p in ("1-8 s after start", "while training")},
         kill_seconds_after_start=[k["after_start"] for k in kills],
         points=points.height,
         finished_at_kills=[len(k["finished"]) for k in kills],
