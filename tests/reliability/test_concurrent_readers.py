@@ -39,9 +39,9 @@ pytestmark = pytest.mark.slow
 class Reader(threading.Thread):
     """Runs `read()` back to back until stopped; keeps counts, errors and CPU time."""
 
-    def __init__(self, name: str, read: Any) -> None:
+    def __init__(self, name: str, read: Any, every: float = 0.0) -> None:
         super().__init__(name=name, daemon=True)
-        self.read, self.stop = read, threading.Event()
+        self.read, self.stop, self.every = read, threading.Event(), every
         self.reads, self.errors, self.cpu = 0, [], 0.0
         self.seen: dict[str, int] = {}  # cell -> finished points last seen
 
@@ -52,6 +52,7 @@ class Reader(threading.Thread):
                 self.reads += 1
             except Exception as exc:  # noqa: BLE001 (every failure is collected and asserted on)
                 self.errors.append(f"{type(exc).__name__}: {exc}"[:500])
+            self.stop.wait(self.every)
 
     def monotone(self, cell: str, finished: int) -> None:
         if finished < self.seen.get(cell, 0):
@@ -109,18 +110,14 @@ def dashboard_read(url: str) -> Any:
     return read
 
 
-def test_readers_poll_a_running_sweep_without_errors_or_torn_rows(ray_session, tmp_path, reference_run, drivers,
-                                                                 figures):
-    # Baseline: the same sweep without readers, just before (the machine's load drifts).
-    (tmp_path / "alone").mkdir()
-    alone = Driver(write_sweep(tmp_path / "alone", "killsweep", **KILL_SWEEP), ray_session, tmp_path / "logs")
-    drivers.append(alone)
-    alone.summary()
-    baseline, load_alone = time.time() - alone.started, os.getloadavg()[0]
-
-    yaml = write_sweep(tmp_path, "killsweep", **KILL_SWEEP)
-    sweep = tmp_path / "killsweep"
-    driver = Driver(yaml, ray_session, tmp_path / "logs")
+def sweep_with_readers(folder: Path, ray_session: str, logs: Path, drivers: list, every: float,
+                       status_every: float) -> tuple[Path, float, float, list[Reader], float]:
+    """Run the kill test's sweep while status, optima and the dashboard read it; `every` seconds
+    between dashboard polls (0: back to back), `status_every` between status / optima runs."""
+    folder.mkdir(parents=True, exist_ok=True)
+    yaml = write_sweep(folder, "killsweep", **KILL_SWEEP)
+    sweep = folder / "killsweep"
+    driver = Driver(yaml, ray_session, logs)
     drivers.append(driver)
     deadline = time.time() + 120
     while not (sweep / "manifest.json").exists():
@@ -131,9 +128,9 @@ def test_readers_poll_a_running_sweep_without_errors_or_torn_rows(ray_session, t
                             stderr=subprocess.PIPE, env=READER_ENV, preexec_fn=lowest_priority)
     assert dash.stdout is not None
     url = re.search(r"http://\S+/", dash.stdout.readline().decode()).group(0)  # type: ignore[union-attr]
-    readers = [Reader("status", cli_read(["status", str(sweep), "--json"])),
-               Reader("optima", cli_read(["optima", str(sweep), "--format", "json"])),
-               Reader("dashboard", dashboard_read(url))]
+    readers = [Reader("status", cli_read(["status", str(sweep), "--json"]), status_every),
+               Reader("optima", cli_read(["optima", str(sweep), "--format", "json"]), status_every),
+               Reader("dashboard", dashboard_read(url), every)]
     for reader in readers:
         reader.start()
     try:
@@ -146,9 +143,23 @@ def test_readers_poll_a_running_sweep_without_errors_or_torn_rows(ray_session, t
             reader.join(120)
         dash.terminate()
         _, _, _, dash_cpu = run_with_cpu(dash)
-
     for reader in readers:
         assert not reader.errors, (reader.name, reader.errors[:5])
+    return sweep, wall, load_during, readers, dash_cpu
+
+
+def test_readers_poll_a_running_sweep_without_errors_or_torn_rows(ray_session, tmp_path, reference_run, drivers,
+                                                                 figures):
+    # Baseline: the same sweep without readers, just before (the machine's load drifts).
+    (tmp_path / "alone").mkdir()
+    alone = Driver(write_sweep(tmp_path / "alone", "killsweep", **KILL_SWEEP), ray_session, tmp_path / "logs")
+    drivers.append(alone)
+    alone.summary()
+    baseline, load_alone = time.time() - alone.started, os.getloadavg()[0]
+
+    sweep, wall, load_during, readers, dash_cpu = sweep_with_readers(
+        tmp_path / "flat-out", ray_session, tmp_path / "logs", drivers, every=0.0, status_every=0.0)
+    for reader in readers:
         assert reader.reads >= 3, (reader.name, reader.reads)
     keys = ("cell_id", "status", "best_lr", "best_loss", "interp_lr", "interp_objective", "n_points")
     got = [{k: r[k] for k in keys} for r in optima_json(sweep)["cells"]]
@@ -156,17 +167,29 @@ def test_readers_poll_a_running_sweep_without_errors_or_torn_rows(ray_session, t
     assert got == want
     assert wall < 3 * baseline, (wall, baseline)  # a writer blocked by readers would stall; CPU sharing slows a bit
 
+    # At the rates a user reads (the dashboard page polls once a second, `status --watch 10`, an
+    # `optima` now and then), the sweep must not slow measurably.
+    _, user_wall, _, user_readers, _ = sweep_with_readers(
+        tmp_path / "user-rate", ray_session, tmp_path / "logs", drivers, every=1.0, status_every=10.0)
+    user_got = [{k: r[k] for k in keys} for r in optima_json(tmp_path / "user-rate" / "killsweep")["cells"]]
+    assert user_got == want
+    assert user_wall < 1.5 * baseline, (user_wall, baseline)
+
     figures.record(
         "concurrency", order=12, title="Concurrent readers",
         does=("the 4-cell sweep again while `status --json`, `optima --format json` (new processes, back to back) "
-              "and the dashboard's update endpoint poll it without pause"),
+              "and the dashboard's update endpoint poll it without pause; then once more with readers at a user's rate"),
         reads={r.name: r.reads for r in readers},
         read_errors=sum(len(r.errors) for r in readers),
         torn_or_short_reads=0,
-        results_equal_to_uninterrupted=got == want,
+        results_equal_to_uninterrupted=got == want == user_got,
         sweep_wall_seconds_without_readers=round(baseline, 1),
         sweep_wall_seconds_with_readers=round(wall, 1),
-        slowdown=round(wall / baseline, 2),
+        slowdown_flat_out=round(wall / baseline, 2),
+        user_rate_readers="dashboard polled every 1 s, status and optima every 10 s",
+        user_rate_reads={r.name: r.reads for r in user_readers},
+        sweep_wall_seconds_with_user_rate_readers=round(user_wall, 1),
+        slowdown_at_user_rate=round(user_wall / baseline, 2),
         reader_priority="nice 19 (they take the CPU the trials leave)",
         reader_cpu_seconds=round(sum(r.cpu for r in readers) + dash_cpu, 1),
         load_average_before_and_during=[round(load_alone, 1), round(load_during, 1)],
