@@ -20,7 +20,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -76,14 +75,15 @@ def run_with_cpu(proc: subprocess.Popen) -> tuple[int, bytes, bytes, float]:
 READER_ENV = {**os.environ, "PYTHONFAULTHANDLER": "1"}  # a crashing reader prints where it crashed
 
 
-def lowest_priority() -> None:
-    os.nice(19)
+def lowest_priority(cmd: list[str]) -> list[str]:
+    """The command at nice 19 (`nice` itself, not a preexec_fn: readers are started from threads)."""
+    return ["nice", "-n", "19", *cmd]
 
 
 def cli_read(args: list[str]) -> Any:
     def read(reader: Reader) -> None:
-        proc = subprocess.Popen(cli_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=READER_ENV,
-                                preexec_fn=lowest_priority)
+        proc = subprocess.Popen(lowest_priority(cli_cmd(*args)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=READER_ENV)
         code, out, err, cpu = run_with_cpu(proc)
         reader.cpu += cpu
         if code != 0 or b"Traceback" in err:
@@ -124,8 +124,8 @@ def sweep_with_readers(folder: Path, ray_session: str, logs: Path, drivers: list
         assert time.time() < deadline and driver.running, "the sweep never started"
         time.sleep(0.05)
 
-    dash = subprocess.Popen(cli_cmd("dashboard", str(sweep), "--port", "0"), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=READER_ENV, preexec_fn=lowest_priority)
+    dash = subprocess.Popen(lowest_priority(cli_cmd("dashboard", str(sweep), "--port", "0")), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=READER_ENV)
     assert dash.stdout is not None
     url = re.search(r"http://\S+/", dash.stdout.readline().decode()).group(0)  # type: ignore[union-attr]
     readers = [Reader("status", cli_read(["status", str(sweep), "--json"]), status_every),
