@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from dashboards import style
@@ -25,6 +27,16 @@ from dashboards.figures.common import (
     uid,
     y_window,
 )
+
+
+def on_curve(frame: pl.DataFrame | None, lr: float | None, fallback: float | None) -> float | None:
+    """The drawn (seed-mean) loss curve at `lr`, linear in log LR; `fallback` off the curve."""
+    if frame is None or lr is None or not lr > 0 or frame.height < 2:
+        return fallback
+    xs, ys = np.log(frame["lr"].to_numpy()), frame["mean"].to_numpy()
+    if not (xs[0] <= math.log(lr) <= xs[-1]):
+        return fallback
+    return float(np.interp(math.log(lr), xs, ys))
 
 
 def loss_vs_lr(data: SweepData, *, facet: str = "method") -> FigureDict:
@@ -222,10 +234,18 @@ def loss_vs_lr(data: SweepData, *, facet: str = "method") -> FigureDict:
                 extra = {"error_x": {"type": "data", "symmetric": False, "array": nums(opt["hi"].to_numpy() - lr_mean),
                                      "arrayminus": nums(lr_mean - opt["lo"].to_numpy()), "thickness": 1.5, "width": 4,
                                      "color": style.INK}}  # fmt: skip
-            add_markers(label, opt, symbol, [min(max(v, lo - 1.5 * pad), y_top_marker) for v in nums(opt["obj"])], size,
+            y_at = nums(opt["obj"])
+            if lr_col == "interp_lr":
+                # The parabola's vertex value is a model, not a measured loss: next to a divergence
+                # cliff it undershoots every measured point. The star marks the LR on the drawn
+                # curve; the parabola's minimum is in the hover text.
+                y_at = [on_curve(by_group.get((m, sz)), x, v) for m, sz, x, v in
+                        zip(opt["method"].to_list(), opt["size"].to_list(), nums(opt["lr"]), y_at)]  # fmt: skip
+            add_markers(label, opt, symbol, [min(max(v, lo - 1.5 * pad), y_top_marker) for v in y_at], size,
                         [[n, b, a, z, o] for n, b, a, z, o in zip(opt["n"].to_list(), opt["bracketed"].to_list(),
                                                                   nums(opt["lo"]), nums(opt["hi"]), nums(opt["obj"]))],
                         f"{label}<br>" + "%{meta} · %{customdata[0]}<br>LR %{x:.3g} (%{customdata[1]} seed(s): "
                         "%{customdata[3]:.3g} – %{customdata[4]:.3g}; %{customdata[2]} bracketed)<br>" + short
+                        + (" (parabola minimum)" if lr_col == "interp_lr" else "")
                         + " %{customdata[5]:.4f}<extra></extra>", extra)  # fmt: skip
     return {"data": traces, "layout": layout}

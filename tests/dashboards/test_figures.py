@@ -110,6 +110,24 @@ def test_loss_vs_lr_marks_grid_and_interpolated_optima_of_every_size(finished):
         assert all("error_x" in t for t in markers)  # two seeds: the range is drawn
 
 
+def test_interpolated_optimum_sits_on_the_drawn_curve_with_the_parabola_in_the_hover(finished):
+    # A parabola beside a divergence cliff can put its vertex below every measured loss; the
+    # star marks the LR on the measured curve instead, and the hover gives the parabola's value.
+    spec = figures.loss_vs_lr(finished)
+    markers = by_name(spec, "interpolated optimum")
+    assert markers
+    checked = 0
+    for t in markers:
+        assert "parabola minimum" in t["hovertemplate"]
+        for x, y, c in zip(t["x"], t["y"], t["customdata"]):
+            line = by_uid(spec, "loss_vs_lr", "method", t["meta"], c[0], "line")
+            xs, ys = np.log(line["x"]), np.asarray(line["y"], dtype=float)
+            if xs[0] <= np.log(x) <= xs[-1]:
+                assert y == pytest.approx(float(np.interp(np.log(x), xs, ys)))
+                checked += 1
+    assert checked > 0
+
+
 def test_loss_vs_lr_shows_each_cells_status_in_the_line_style(midway):
     spec = figures.loss_vs_lr(midway)
     status = group_status(midway)
