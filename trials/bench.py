@@ -71,6 +71,8 @@ class BenchSettings:
     micro_batch: int | None = None
     compare: bool = False
     rounds: int = 5  # compare: interleaved rounds
+    breakdown: bool = False  # profile extra steps of the stack and split their time by kind of work
+    breakdown_steps: int = 5
 
     def model(self) -> ModelConfig:
         heads = self.heads or max(1, self.width // 32)
@@ -79,7 +81,8 @@ class BenchSettings:
 
     def spec(self, stack: int) -> TrialSpec:
         train = TrainConfig(
-            steps=self.warmup + self.steps * (2 if self.compare else 1) + 1, batch_size=self.batch,
+            steps=self.warmup + self.steps * (2 if self.compare else 1) + (self.breakdown_steps if self.breakdown else 0) + 1,
+            batch_size=self.batch,
             eval_every=10**9, report_every=10**9, checkpoint_every=10**9, device=self.device,  # type: ignore[arg-type]
             dtype=self.dtype, compile=self.compile, threads=self.threads, fused_loss=self.fused_loss,  # type: ignore[arg-type]
             sync_every=self.sync_every, cuda_graphs=self.cuda_graphs, micro_batch=self.micro_batch,
@@ -292,6 +295,70 @@ def run_bench(settings: BenchSettings) -> dict[str, Any]:
         result["stack_speedup"] = main["tokens_per_s"] / result["runs"]["separate"]["tokens_per_s"]
         cpu_sep, cpu_stack = result["runs"]["separate"]["tokens_per_cpu_s"], main["tokens_per_cpu_s"]
         result["stack_speedup_cpu"] = cpu_stack / cpu_sep if cpu_sep and cpu_stack else None
+    if settings.breakdown:
+        result["breakdown"] = breakdown(trial, settings, result["matmul_peak_gflops"])
     result["loadavg_start"] = [round(x, 2) for x in load_start]
     result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     return result
+
+
+# Where a step's time goes, by the name of the operator the profiler recorded (self time: an
+# operator's own time, not its children's). GEMMs are the parameter matmuls (the 6N FLOPs);
+# attention is `scaled_dot_product_attention` (the 12 L T d FLOPs); inductor's compiled graphs hold
+# the fused elementwise work (norms, activations, RoPE, the optimizer's update) of compiled runs.
+GEMM_OPS = frozenset({"aten::bmm", "aten::baddbmm", "aten::mm", "aten::addmm", "aten::addbmm", "aten::linear"})
+BREAKDOWN_KINDS = ("gemm", "attention", "compiled graphs", "other")
+
+
+def _kind(op: str) -> str:
+    if op in GEMM_OPS:
+        return "gemm"
+    if "scaled_dot_product" in op or "flash_attention" in op or "efficient_attention" in op:
+        return "attention"
+    if "CompiledFxGraph" in op:
+        return "compiled graphs"
+    return "other"
+
+
+def breakdown(trial: Trial, settings: BenchSettings, peak_gflops: float) -> dict[str, Any]:
+    """Profile `settings.breakdown_steps` more steps of the stack (CPU only) and split their time
+    by kind of work, with the FLOP rate the GEMMs and the attention reach on their own."""
+    from torch.profiler import ProfilerActivity, profile
+
+    steps = settings.breakdown_steps
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        start = time.perf_counter()
+        for _ in range(steps):
+            advance(trial)
+        trial.sync()
+        wall = time.perf_counter() - start
+    seconds = dict.fromkeys(BREAKDOWN_KINDS, 0.0)
+    top: dict[str, float] = {}
+    for event in prof.key_averages():
+        self_s = event.self_cpu_time_total / 1e6
+        kind = _kind(event.key)
+        seconds[kind] += self_s
+        if kind == "other":
+            top[event.key] = top.get(event.key, 0.0) + self_s
+    total = sum(seconds.values())
+    cfg = settings.model()
+    tokens = len(trial.slots) * settings.batch * settings.seq_len * steps
+    gemm_flops = 6.0 * count_params(cfg)["matmul"] * tokens
+    attention_flops = 12.0 * cfg.depth * cfg.seq_len * cfg.width * tokens
+
+    def rate(flops: float, secs: float) -> dict[str, float] | None:
+        if secs <= 0:
+            return None
+        return {"gflops_per_s": flops / secs / 1e9, "fraction_of_peak": flops / secs / (peak_gflops * 1e9)}
+
+    return {
+        "steps": steps,
+        "profiled_step_s": wall / steps,
+        "ms_per_step": {k: 1000 * v / steps for k, v in seconds.items()},
+        "share": {k: (v / total if total > 0 else 0.0) for k, v in seconds.items()},
+        "gemm_rate": rate(gemm_flops, seconds["gemm"]),
+        "attention_rate": rate(attention_flops, seconds["attention"]),
+        "top_other_ms_per_step": {k: 1000 * v / steps for k, v in sorted(top.items(), key=lambda kv: -kv[1])[:5]},
+        "note": "torch profiler self CPU time per operator (profiling adds overhead: compare profiled_step_s with the "
+                "median step); attention FLOPs counted over the full T x T matrix",
+    }

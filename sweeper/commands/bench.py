@@ -52,6 +52,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--micro-batch", type=int, default=None, help="sequences per forward/backward (gradients accumulated)")
     p.add_argument("--cold-compile", action="store_true",
                    help="compile into an empty cache (the first step then shows the full compile time)")
+    p.add_argument("--breakdown", action="store_true",
+                   help="profile 5 more steps (cpu) and show where a step's time goes: GEMMs, attention, "
+                        "compiled graphs, other; with the FLOP rate GEMMs and attention reach on their own")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.set_defaults(func=run)
 
@@ -74,6 +77,8 @@ def _check(args: argparse.Namespace) -> None:
         raise UserError(f"--width {args.width} / --heads {heads}: the head width must be a whole even number")
     if args.cuda_graphs and args.device != "cuda":
         raise UserError("--cuda-graphs: needs --device cuda")
+    if args.breakdown and args.device != "cpu":
+        raise UserError("--breakdown: cpu only (on a GPU, profile with torch.profiler or Nsight Systems)")
     if args.compare and args.stack < 2:
         raise UserError("--compare: give --stack K >= 2 (K separate models against one K-stack)")
     from models.registry import scheme_names
@@ -101,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         device=args.device, dtype=args.dtype or ("bf16" if args.device == "cuda" else "fp32"), seq_len=args.seq_len,
         batch=args.batch, vocab=args.vocab, threads=args.threads, steps=args.steps, warmup=args.warmup,
         fused_loss=not args.no_fused_loss, sync_every=args.sync_every, cuda_graphs=args.cuda_graphs,
-        micro_batch=args.micro_batch, compare=args.compare,
+        micro_batch=args.micro_batch, compare=args.compare, breakdown=args.breakdown,
         rounds=5,
     )
     try:
@@ -179,4 +184,27 @@ def print_result(result: dict[str, Any]) -> None:
             + (f" ({cpu:.2f}x per CPU-second)" if cpu else ""),
             highlight=False,
         )
+    if "breakdown" in result:
+        print_breakdown(console, result["breakdown"], result["runs"]["stack"]["step_s_median"])
     console.print(f"load average {result['loadavg_start']} at start, {result['loadavg_end']} at end", highlight=False)
+
+
+def print_breakdown(console: Any, b: dict[str, Any], step_s: float) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"where a step's time goes ({b['steps']} profiled steps of the stack, "
+                  f"{1000 * b['profiled_step_s']:.1f} ms each under the profiler vs {1000 * step_s:.1f} ms measured)",
+                  header_style="bold", title_justify="left")
+    for column in ("work", "ms per step", "share", "rate on its own"):
+        table.add_column(column, justify="left" if column == "work" else "right")
+    rates = {"gemm": b["gemm_rate"], "attention": b["attention_rate"]}
+    labels = {"gemm": "GEMMs (parameter matmuls: the 6N FLOPs)", "attention": "attention (SDPA: the 12LTd FLOPs)",
+              "compiled graphs": "compiled graphs (fused elementwise, optimizer)", "other": "other operators"}
+    for kind, ms in b["ms_per_step"].items():
+        r = rates.get(kind)
+        rate = f"{r['gflops_per_s']:.1f} GFLOP/s = {100 * r['fraction_of_peak']:.1f}% of peak" if r else ""
+        table.add_row(labels[kind], f"{ms:.1f}", f"{100 * b['share'][kind]:.1f}%", rate)
+    console.print(table)
+    top = ", ".join(f"{name} {ms:.1f} ms" for name, ms in b["top_other_ms_per_step"].items())
+    if top:
+        console.print(f"largest other operators per step: {top}", highlight=False)

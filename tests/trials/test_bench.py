@@ -38,6 +38,22 @@ def test_figures_follow_from_the_timings_and_the_counts() -> None:
     assert result["execution"].startswith("eager") and result["machine"]["threads"] == 1
 
 
+def test_breakdown_splits_profiled_steps_by_kind_of_work() -> None:
+    settings = BenchSettings(width=32, depth=2, vocab=256, seq_len=16, batch=4, stack=2, threads=1, steps=5, warmup=1,
+                             breakdown=True)
+    result = run_bench(settings)
+    b = result["breakdown"]
+    assert b["steps"] == 5 and b["profiled_step_s"] > 0
+    assert set(b["ms_per_step"]) == {"gemm", "attention", "compiled graphs", "other"}
+    assert sum(b["share"].values()) == pytest.approx(1.0)
+    assert b["ms_per_step"]["gemm"] > 0 and b["ms_per_step"]["attention"] > 0
+    assert b["ms_per_step"]["compiled graphs"] == 0  # eager: no inductor graph
+    cfg = ModelConfig(scheme="pre", width=32, depth=2, n_heads=1, vocab=256, seq_len=16)
+    gemm_flops = 6 * count_params(cfg)["matmul"] * 2 * 4 * 16 * 5  # 2 members x 4 x 16 tokens x 5 steps
+    assert b["gemm_rate"]["gflops_per_s"] == pytest.approx(gemm_flops / (b["ms_per_step"]["gemm"] * 5 / 1000) / 1e9)
+    assert b["gemm_rate"]["fraction_of_peak"] == pytest.approx(b["gemm_rate"]["gflops_per_s"] / result["matmul_peak_gflops"])
+
+
 def test_cli_json_and_table(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["bench", "--width", "32", "--depth", "1", "--seq-len", "16", "--batch", "2", "--steps", "5", "--warmup", "1",
             "--threads", "1"]
@@ -55,6 +71,7 @@ def test_cli_json_and_table(capsys: pytest.CaptureFixture[str]) -> None:
     (["--width", "100", "--heads", "3"], "head width"),
     (["--compare"], "--compare: give --stack K >= 2"),
     (["--cuda-graphs"], "--cuda-graphs: needs --device cuda"),
+    (["--breakdown", "--device", "cuda"], "--breakdown: cpu only"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
     proc = subprocess.run([sys.executable, "-m", "sweeper.cli", "bench", *args], capture_output=True, text=True, timeout=60,
