@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from sweeper.table import STATUS_STYLE, fmt
 
     table = Table(header_style="bold", title=f"optima of {args.dir}", title_justify="left")
-    for name in ("method", "size", "seed", "status", "best lr", "best loss", "interp lr", "interp loss",
+    for name in ("method", "size", "seed", "status", "best lr", "best loss", "interp lr", "parabola min",
                  "points", "diverged"):
         table.add_column(name, justify="left" if name in ("method", "size", "status") else "right", no_wrap=True)
     for r in rows:
@@ -67,4 +67,7 @@ def run(args: argparse.Namespace) -> int:
                       f"cells ({per})", highlight=False)
     else:
         console.print("no bracketed cells yet")
+    console.print("interp lr: the vertex of a parabola in log LR through the best grid point and its two neighbours; "
+                  "parabola min: the parabola's value there (a model, not a measured loss: fits use the best loss)",
+                  highlight=False, style="dim")
     return 0
