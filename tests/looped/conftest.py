@@ -1,4 +1,4 @@
-"""Small looped models for the tests (built directly, so these tests do not depend on the family dispatch)."""
+"""Small looped models for the tests."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 import torch
 
+from models import build_model
 from models.config import ModelConfig
 from models.looped import LoopedLM
 
@@ -20,20 +21,7 @@ def looped_config(scheme: str = "pre", *, prelude: int = 1, core: int = 2, coda:
 
 
 def make(cfg: ModelConfig, stack: int = 1, seed: int = 0, dtype: torch.dtype | None = None) -> LoopedLM:
-    model = LoopedLM(cfg, stack=stack)
-    if dtype is not None:
-        model.to(dtype)
-    model.init_weights(seed)
-    return model
-
-
-def perturb(model: torch.nn.Module, seed: int, size: float = 0.05) -> torch.nn.Module:
-    """Move every parameter off its initial value (gains, LayerRoPE scalars, injection too)."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(size * torch.randn(param.shape, generator=gen, dtype=torch.float32).to(param.dtype))
-    return model
+    return build_model(cfg, stack, seed, dtype=dtype)  # type: ignore[return-value]
 
 
 @pytest.fixture

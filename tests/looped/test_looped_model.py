@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from models.family_settings import LoopSettings, loop_settings
 from models.layers import rms_norm, rotary_tables
 from models.registry import scheme_names
-from tests.looped.conftest import looped_config, make, perturb
+from tests.helpers import perturb
+from tests.looped.conftest import looped_config, make
 
 
 def reference_loss(model, idx, targets, count: int, k: int) -> torch.Tensor:

@@ -10,20 +10,13 @@ import torch
 
 from models import build_model
 from models.registry import scheme_names
-
-
-def perturbed(model, seed):
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(0.05 * torch.randn(param.shape, generator=gen))
-    return model
+from tests.helpers import perturb
 
 
 @pytest.mark.parametrize("scheme", scheme_names())
 def test_stacked_members_equal_separate_models_in_output_and_gradient(scheme, tiny):
     cfg = tiny(scheme, depth=3)
-    singles = [perturbed(build_model(cfg, stack=1, seed=k), seed=10 + k) for k in range(3)]
+    singles = [perturb(build_model(cfg, stack=1, seed=k), seed=10 + k) for k in range(3)]
     stacked = build_model(cfg, stack=3, seed=0)
     for k, single in enumerate(singles):
         stacked.load_member_state_dict(k, single.member_state_dict(0))
@@ -44,7 +37,7 @@ def test_stacked_members_equal_separate_models_in_output_and_gradient(scheme, ti
 
 def test_member_losses_is_mean_cross_entropy_per_member_with_ignore_index(tiny):
     cfg = tiny("pre")
-    model = perturbed(build_model(cfg, stack=2), seed=1)
+    model = perturb(build_model(cfg, stack=2), seed=1)
     x = torch.randint(0, cfg.vocab, (3, cfg.seq_len), generator=torch.Generator().manual_seed(1))
     y = x.roll(-1, dims=1)
     y[0, :3] = -100
@@ -59,7 +52,7 @@ def test_member_losses_is_mean_cross_entropy_per_member_with_ignore_index(tiny):
 
 def test_member_state_dict_round_trip_and_errors(tiny):
     cfg = tiny("layerrope")
-    source = perturbed(build_model(cfg, stack=2, seed=1), seed=3)
+    source = perturb(build_model(cfg, stack=2, seed=1), seed=3)
     target = build_model(cfg, stack=3, seed=2)
     state = source.member_state_dict(1)
     assert all(t.shape == p.shape[1:] for (n, p), t in zip(source.named_parameters(), state.values()))

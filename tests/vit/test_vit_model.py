@@ -10,7 +10,8 @@ import torch
 
 from models.family_counts import count_vit, flops_vit
 from models.registry import scheme_names
-from tests.vit.conftest import make, perturb, vit_config
+from tests.helpers import perturb
+from tests.vit.conftest import make, vit_config
 
 
 def ref_layer_norm(x: torch.Tensor, gain: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
