@@ -147,13 +147,7 @@ class LlamaLM(StackedModel):
     def member_losses(self, idx: Tensor, targets: Tensor, ignore_index: int = -100) -> Tensor:
         """Mean next-token cross-entropy per member, `[K]` (fp32). Train on `.sum()`, not the mean,
         so that each member's gradient equals that of a model trained alone."""
-        logits = self(idx)
-        flat_targets = targets.reshape(1, -1).expand(self.stack, -1).reshape(-1)
-        losses = F.cross_entropy(
-            logits.reshape(-1, self.cfg.vocab).float(), flat_targets, reduction="none", ignore_index=ignore_index
-        ).view(self.stack, -1)
-        counted = (targets != ignore_index).sum().clamp_min(1)
-        return losses.sum(dim=1) / counted
+        return member_cross_entropy(self(idx), targets, ignore_index)
 
     def _external_gains_by_layer(self) -> Iterable[Mapping[str, Tensor]]:
         if self.site_gains is None:
@@ -199,6 +193,18 @@ class LlamaLM(StackedModel):
             nan = torch.full((self.stack, self.cfg.width), math.nan, device=self.head.device)
             result[site] = torch.stack([nan if row is None else row.float() for row in rows], dim=1)
         return result
+
+
+def member_cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = -100) -> Tensor:
+    """Mean cross-entropy per member `[K]` (fp32) of logits `[K, B, T, V]` against targets `[B, T]`
+    shared by the members; positions equal to `ignore_index` are not counted."""
+    stack, vocab = logits.shape[0], logits.shape[-1]
+    flat_targets = targets.reshape(1, -1).expand(stack, -1).reshape(-1)
+    losses = F.cross_entropy(
+        logits.reshape(-1, vocab).float(), flat_targets, reduction="none", ignore_index=ignore_index
+    ).view(stack, -1)
+    counted = (targets != ignore_index).sum().clamp_min(1)
+    return losses.sum(dim=1) / counted
 
 
 def validate_llama_config(cfg: ModelConfig) -> None:

@@ -50,13 +50,12 @@ from dataclasses import replace
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from models.config import ModelConfig
 from models.family_settings import LoopSettings, family_scheme_options, loop_settings
 from models.layers import Rotary, rms_norm, rotary_tables
-from models.llama import LlamaLM
+from models.llama import LlamaLM, member_cross_entropy
 from models.scheme import ParamKind
 
 INJECT_SEED_OFFSET = 1_000_003
@@ -131,13 +130,7 @@ class LoopedLM(LlamaLM):
 
     def member_losses(self, idx: Tensor, targets: Tensor, ignore_index: int = -100, *, loops: Loops | None = None) -> Tensor:
         """Mean next-token cross-entropy per member `[K]` at the given loop count(s) (see `forward`)."""
-        logits = self(idx, loops)
-        flat_targets = targets.reshape(1, -1).expand(self.stack, -1).reshape(-1)
-        losses = F.cross_entropy(
-            logits.reshape(-1, self.cfg.vocab).float(), flat_targets, reduction="none", ignore_index=ignore_index
-        ).view(self.stack, -1)
-        counted = (targets != ignore_index).sum().clamp_min(1)
-        return losses.sum(dim=1) / counted
+        return member_cross_entropy(self(idx, loops), targets, ignore_index)
 
     def final_hidden(self, idx: Tensor, loops: Loops | None = None) -> Tensor:
         """The head's input `[K, B*T, d]` after T iterations of the core."""

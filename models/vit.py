@@ -54,6 +54,7 @@ from models.family_settings import (
     vit_hidden,
     vit_settings,
 )
+from models.layers import ResidualStep
 from models.llama import LlamaLM
 from models.registry import make_scheme
 from models.scheme import BLOCK_WEIGHTS, ParamKind, Scheme
@@ -105,10 +106,11 @@ class GeluMLP(nn.Module):
         return torch.baddbmm(self.fc2_bias.unsqueeze(1), y, self.fc2)
 
 
-class LayerNormStep:
-    """`models.scheme.StepOps` for one ViT sublayer: LayerNorm with gain and bias, drop-path on the branch."""
+class LayerNormStep(ResidualStep):
+    """`models.scheme.StepOps` for one ViT sublayer: LayerNorm with gain and bias, drop-path on the
+    branch. Gains, external (LayerRoPE) gains and constants are looked up as in the decoder's step."""
 
-    __slots__ = ("_biases", "_consts", "_eps", "_external", "_fn", "_gains", "_keep", "_prefix")
+    __slots__ = ("_biases", "_keep")
 
     def __init__(
         self,
@@ -121,8 +123,8 @@ class LayerNormStep:
         eps: float,
         keep: Tensor | None,
     ) -> None:
-        self._fn, self._prefix, self._gains, self._biases = fn, prefix, gains, biases
-        self._external, self._consts, self._eps, self._keep = external, consts, eps, keep
+        super().__init__(fn, prefix, gains, external, consts, eps)
+        self._biases, self._keep = biases, keep
 
     def branch(self, x: Tensor) -> Tensor:
         y = self._fn(x)
@@ -142,16 +144,6 @@ class LayerNormStep:
         key = self._prefix + site
         y = y * self._site_gain(site).unsqueeze(-2)
         return y + self._biases[key].unsqueeze(-2) if key in self._biases else y
-
-    def gain(self, x: Tensor, site: str) -> Tensor:
-        return x * self._site_gain(site).unsqueeze(-2)
-
-    def _site_gain(self, site: str) -> Tensor:
-        key = self._prefix + site
-        return self._gains[key] if key in self._gains else self._external[key]
-
-    def const(self, name: str) -> Tensor:
-        return getattr(self._consts, "c_" + name)
 
 
 class ViTBlock(nn.Module):
