@@ -227,15 +227,9 @@ def loss_fit_section(
         "loglog": None if fit.loglog is None else power_law_section(fit.loglog, targets, "loss"),
     }
     if fit.status != "insufficient":
-        grid = dense_grid(fit.x, tuple(targets.tolist()))
-        section["curve"] = _curve_rows(grid, *fit.predict(grid))
+        section["curve"], rows = _curve_and_targets(fit, targets, "loss")
         if targets.size:
-            pred, lo, hi = fit.predict(targets)
-            section["targets"] = [
-                {"x": float(t), "loss": _num(pred[i]), "lo": None if lo is None else _num(lo[i]),
-                 "hi": None if hi is None else _num(hi[i]), "beyond_largest": float(t / fit.x.max())}
-                for i, t in enumerate(targets)
-            ]
+            section["targets"] = [{**row, "beyond_largest": float(row["x"] / fit.x.max())} for row in rows]
             far = [t for t in targets if t > EXTRAPOLATION_WARN * fit.x.max()]
             if far:
                 warnings.append(
@@ -263,16 +257,23 @@ def power_law_section(fit: PowerLawFit, targets: np.ndarray, key: str) -> dict[s
         "warnings": list(fit.warnings),
     }
     if fit.status != "insufficient":
-        grid = dense_grid(fit.x, tuple(targets.tolist()))
-        section["curve"] = _curve_rows(grid, *fit.predict(grid))
-        if targets.size:
-            pred, lo, hi = fit.predict(targets)
-            section["targets"] = [
-                {"x": float(t), key: _num(pred[i]), "lo": None if lo is None else _num(lo[i]),
-                 "hi": None if hi is None else _num(hi[i])}
-                for i, t in enumerate(targets)
-            ]
+        section["curve"], section["targets"] = _curve_and_targets(fit, targets, key)
     return section
+
+
+def _curve_and_targets(fit: LossFit | PowerLawFit, targets: np.ndarray, key: str) -> tuple[list, list[dict[str, Any]]]:
+    """The fit's dense curve (rows `[x, pred, lo, hi]`) and its predictions at the targets."""
+    grid = dense_grid(fit.x, tuple(targets.tolist()))
+    curve = _curve_rows(grid, *fit.predict(grid))
+    if not targets.size:
+        return curve, []
+    pred, lo, hi = fit.predict(targets)
+    rows = [
+        {"x": float(t), key: _num(pred[i]), "lo": None if lo is None else _num(lo[i]),
+         "hi": None if hi is None else _num(hi[i])}
+        for i, t in enumerate(targets)
+    ]
+    return curve, rows
 
 
 def holdout_check(fit: LossFit, opts: FitOptions) -> tuple[dict[str, Any] | None, list[str]]:
