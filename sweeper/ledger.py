@@ -8,7 +8,8 @@ directly (no sampler: the bracketing policy picks the learning rates).
 Mapping
 - study `cell_id` (e.g. `layerrope/L48/s0`), direction minimize, user attrs describing the cell;
 - trial per point: param `lr` (log-float), user attrs `point_id`, `state`, `attempt`,
-  `tune_trial_id` and `metrics` (every final number); intermediate values = eval losses;
+  `tune_trial_id`, `started_at` (once it runs) and `metrics` (every final number);
+  intermediate values = eval losses;
 - states: RUNNING = queued or running (see the `state` attr), COMPLETE = ok (value = the
   objective), PRUNED = diverged, FAIL = failed (attr `reason`). A point retried after a
   failure gets a new trial; the newest trial of a point_id is the point.
@@ -163,7 +164,8 @@ class Ledger:
                     trial_id=-1, number=t.number, attempt=int(t.user_attrs.get("attempt", 0)),
                     tune_trial_id=t.user_attrs.get("tune_trial_id"),
                     objective=t.value if t.state == TrialState.COMPLETE else None,
-                    metrics=dict(t.user_attrs.get("metrics") or {}),
+                    # A point still running has no metrics yet; its start time resumes with it.
+                    metrics=dict(t.user_attrs.get("metrics") or {"started_at": t.user_attrs.get("started_at")}),
                 )
                 previous = latest.get(pid)
                 if previous is None or point.number > previous.number:

@@ -382,7 +382,7 @@ class SweepState:
         for rec in self._mine(tune_trial_id, pids):
             if rec.state == "queued":
                 rec.state, rec.started_at = "running", now
-                self.ledger.update(rec.ledger_trial, state="running")  # type: ignore[arg-type]
+                self.ledger.update(rec.ledger_trial, state="running", started_at=now)  # type: ignore[arg-type]
                 self._row(rec, now)
 
     def on_result(self, tune_trial_id: str, pids: list[str], result: dict[str, Any]) -> None:
@@ -405,7 +405,7 @@ class SweepState:
             became_running = rec.state == "queued"
             if became_running:
                 rec.state, rec.started_at = "running", rec.started_at or now
-                self.ledger.update(rec.ledger_trial, state="running")  # type: ignore[arg-type]
+                self.ledger.update(rec.ledger_trial, state="running", started_at=rec.started_at)  # type: ignore[arg-type]
             rec.steps, rec.tokens, rec.train_seconds = step, tokens, seconds
             train_loss, eval_loss = _finite(member.get("train_loss")), _finite(member.get("eval_loss"))
             self._curve_rows.append({
