@@ -222,14 +222,46 @@ def experiment_location(plan: Plan, manifest: dict[str, Any]) -> tuple[str, str 
     return storage_path, last, f"run-{index + 1}"
 
 
-def unfinished_trials(experiment_path: str) -> dict[str, list[str]] | None:
-    """Tune trials a restore would resume (trial id -> point ids), or None when not restorable."""
+# Files Tune reads back on a restore. Tune writes them in a staging folder and copies them to the
+# storage path; a kill during that copy leaves a short file, and a restore over it fails every time.
+# (Our searcher's own searcher-state-*.pkl is not among them: SweepSearcher.restore ignores it.)
+TUNE_RESTORE_FILES = {"tuner.pkl": "pickle", "experiment_state-*.json": "json", "search_gen_state-*.json": "pickle"}
+
+
+def damaged_tune_file(experiment_path: str) -> str | None:
+    """The first file a Tune restore would read (the newest of each kind) that does not load; None if all do."""
+    import ray.cloudpickle as cloudpickle
+
+    if "://" in experiment_path:  # remote storage: Tune checks it when it restores
+        return None
+    folder = Path(experiment_path)
+    for pattern, kind in TUNE_RESTORE_FILES.items():
+        found = sorted(folder.glob(pattern))
+        if not found:
+            continue
+        newest = found[-1]  # Tune takes the greatest name: the names carry the session's timestamp
+        try:
+            with open(newest, "rb") as fh:
+                json.load(fh) if kind == "json" else cloudpickle.load(fh)
+        except Exception:
+            return newest.name
+    return None
+
+
+def unfinished_trials(experiment_path: str, messages: list[str]) -> dict[str, list[str]] | None:
+    """Tune trials a restore would resume (trial id -> point ids), or None when not restorable.
+    A run state damaged by a kill is not restored: its in-flight points re-run from the start."""
     from ray.tune import ExperimentAnalysis, Tuner
 
     from sweeper.searcher import point_ids
 
     try:
         if not Tuner.can_restore(experiment_path):
+            return None
+        damaged = damaged_tune_file(experiment_path)
+        if damaged is not None:
+            messages.append(f"Ray Tune's run state was cut short by the last stop ({damaged} does not load); "
+                            "a new Tune run starts and the points that were in flight train again from the start")
             return None
         analysis = ExperimentAnalysis(experiment_path)
     except Exception:
@@ -407,7 +439,7 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
     storage_path, last_experiment, new_name = experiment_location(plan, manifest)
     claimed = None
     if last_experiment:
-        claimed = unfinished_trials(f"{storage_path}/{last_experiment}")
+        claimed = unfinished_trials(f"{storage_path}/{last_experiment}", messages)
     restore = bool(claimed)
 
     state = SweepState(plan, ledger, store, concurrency=concurrency, host_memory=_host_memory())

@@ -126,7 +126,7 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
                 return
         except Exception:
             pass
-        time.sleep(0.5)
+        time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what}")
 
 
@@ -135,7 +135,8 @@ def _launch_cmd(path: Path, address: str) -> list[str]:
 
 
 def test_sigkill_of_the_driver_and_relaunch_retrains_no_finished_point(ray_session, tmp_path):
-    path = tiny_yaml(tmp_path, "killed", depths="[1, 2]", steps=60, stack=2)
+    # Trials of ~3 s (480 steps of a width-32 model) outlast a Tune experiment snapshot (every 2 s).
+    path = tiny_yaml(tmp_path, "killed", depths="[1, 2]", steps=480, stack=2)
     sweep = tmp_path / "killed"
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     # Ctrl-C (SIGINT to the foreground process group) stops cleanly, without a traceback.
@@ -158,9 +159,11 @@ def test_sigkill_of_the_driver_and_relaunch_retrains_no_finished_point(ray_sessi
                             start_new_session=True, env=env)
     try:
         def some_finished_some_running():
-            # Running points past a checkpoint (every 10 steps) that a Tune snapshot (every 2 s) has seen.
+            # A running point past a checkpoint (every 10 steps), started long enough ago that a Tune
+            # experiment snapshot (every 2 s) holds its trial.
             p = load_points(sweep)
-            running = p.filter((pl.col("state") == "running") & (pl.col("steps") >= 20))
+            running = p.filter((pl.col("state") == "running") & (pl.col("steps") >= 20)
+                               & (pl.col("started_at") < time.time() - 2.5))
             return (p["state"] == "ok").sum() >= 2 and running.height >= 1
 
         _wait_for(some_finished_some_running, 240, "finished and running points")
@@ -181,6 +184,7 @@ def test_sigkill_of_the_driver_and_relaunch_retrains_no_finished_point(ray_sessi
     assert summary["restored"] and summary["resumed"]["resumed"] >= 1
 
     after = load_points(sweep)
+    assert after["started_at"].null_count() == 0, "a resumed point keeps its start time"
     merged = finished_before.join(after, on="point_id", suffix="_after")
     assert merged.height == finished_before.height
     assert (merged["state"] == merged["state_after"]).all()
@@ -195,6 +199,41 @@ def test_sigkill_of_the_driver_and_relaunch_retrains_no_finished_point(ray_sessi
         study = optuna.load_study(study_name=cid, storage=storage)
         ids = [t.user_attrs["point_id"] for t in study.trials]
         assert len(ids) == len(set(ids))
+
+
+def test_a_run_state_cut_short_by_a_kill_starts_a_new_tune_run(ray_session, tmp_path):
+    """A kill while Tune copies its run state to the sweep directory leaves a short file (seen: an
+    empty search_gen_state-*.json, after which every relaunch failed in Tune's restore). The relaunch
+    starts a new Tune run instead, says so, and keeps every finished point."""
+    path = tiny_yaml(tmp_path, "cut", methods="[pre]", depths="[1, 2]", steps=480, stack=1)
+    sweep = tmp_path / "cut"
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    proc = subprocess.Popen(_launch_cmd(path, ray_session), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True, env=env, text=True)
+    try:
+        _wait_for(lambda: (load_points(sweep)["state"] == "ok").sum() >= 1
+                  and (load_points(sweep)["state"] == "running").sum() >= 1, 240, "a finished and a running point")
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130
+    run_state = sorted((sweep / "ray" / "run-1").glob("search_gen_state-*.json"))[-1]
+    run_state.write_bytes(b"")
+    finished = load_points(sweep).filter(pl.col("state") == "ok")
+
+    # Before the fix, this relaunch printed Tune's EOFError and then hung.
+    again = subprocess.run(_launch_cmd(path, ray_session), capture_output=True, text=True, env=env, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Traceback" not in again.stderr
+    summary = json.loads(again.stdout)
+    assert summary["restored"] is False and summary["experiment"] == "run-2"
+    assert any(run_state.name in m and "train again from the start" in m for m in summary["messages"])
+    assert summary["counts"] == {"bracketed": 2} and summary["resumed"]["rerun"] >= 1
+    after = load_points(sweep)
+    kept = finished.join(after, on="point_id", suffix="_after")
+    assert kept.height == finished.height and (kept["objective"] == kept["objective_after"]).all()
 
 
 def _free_port() -> int:
