@@ -9,6 +9,7 @@ The finished sweep these tests damage is a copy of the session's uninterrupted r
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -290,15 +291,19 @@ def small_disk(tmp_path: Path) -> Iterator[Path | None]:
 
 
 def fill(disk: Path, leave: int) -> Path:
-    """Fill the filesystem until `leave` bytes are free."""
+    """Fill the filesystem until at most `leave` bytes are free (a sweep may be writing to it too)."""
     filler = disk / "filler.bin"
     free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
-    with open(filler, "wb") as fh:
-        fh.truncate(0)
+    with open(filler, "wb", buffering=0) as fh:
         chunk = b"\0" * (1 << 20)
         remaining = free - leave
         while remaining > 0:
-            fh.write(chunk[: min(len(chunk), remaining)])
+            try:
+                fh.write(chunk[: min(len(chunk), remaining)])
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                break
             remaining -= len(chunk)
     return filler
 
@@ -326,11 +331,13 @@ def test_a_sweep_survives_a_lock_and_a_full_disk_with_every_result(ray_session, 
     assert len(lock_line) == 1 and "locked by another process" in lock_line[0], err[-3000:]
     after_lock = finished()
 
-    # 2. a full disk, mid-sweep (a tmpfs filled up; without one, a file-size limit on the driver)
+    # 2. a full disk, mid-sweep (a tmpfs filled up once this launch has finished another point;
+    # without a tmpfs, a file-size limit on the driver)
     if small_disk is not None:
-        filler = fill(small_disk, leave=200_000)
         second = Driver(yaml, ray_session, tmp_path / "logs")
-        how = "tmpfs filled to 200 kB free"
+        wait_for(lambda: finished() > after_lock or not second.running, 300, "a point finished after the relaunch")
+        filler = fill(small_disk, leave=0)
+        how = "tmpfs filled up once the relaunch had finished a point"
     else:
         filler = None
         limit = (sweep / "ledger.db").stat().st_size + 40_000
