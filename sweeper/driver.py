@@ -16,12 +16,15 @@ Order of work (nothing is written until every check has passed):
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import shutil
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -230,7 +233,7 @@ TUNE_RESTORE_FILES = {"tuner.pkl": "pickle", "experiment_state-*.json": "json", 
 
 def damaged_tune_file(experiment_path: str) -> str | None:
     """The first file a Tune restore would read (the newest of each kind) that does not load; None if all do."""
-    import ray.cloudpickle as cloudpickle
+    from ray import cloudpickle
 
     if "://" in experiment_path:  # remote storage: Tune checks it when it restores
         return None
@@ -457,11 +460,9 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
     write_json_atomic(sweep_dir / MANIFEST, manifest)
 
     trainable = tune.with_resources(trainable_entry(), trial_resources)
-    if restore:
-        tuner = tune.Tuner.restore(f"{storage_path}/{experiment}", trainable=trainable, resume_unfinished=True,
-                                   resume_errored=False, restart_errored=False)
-    else:
-        tuner = tune.Tuner(
+
+    def new_tuner() -> Any:
+        return tune.Tuner(
             trainable,
             tune_config=tune.TuneConfig(search_alg=SweepSearcher(), num_samples=-1, max_concurrent_trials=concurrency,
                                         reuse_actors=True, trial_dirname_creator=trial_dirname),
@@ -471,6 +472,17 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=1), log_to_file=False,
             ),
         )
+
+    restore_failure: str | None = None
+    tuner: Any = None
+    if restore:
+        try:
+            tuner = tune.Tuner.restore(f"{storage_path}/{experiment}", trainable=trainable, resume_unfinished=True,
+                                       resume_errored=False, restart_errored=False)
+        except Exception as exc:
+            restore_failure = f"{type(exc).__name__}: {exc}"
+    else:
+        tuner = new_tuner()
 
     from sweeper.display import LiveDisplay
 
@@ -483,16 +495,25 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
     try:
         with display:
             if not state.all_done():
-                try:
-                    tuner.fit()
-                except Exception as exc:
-                    # Tune's own bookkeeping after its loop (the result grid reads every trial's error file)
-                    # fails on files written while a disk was full. The sweeper does not use it: after a
-                    # storage fault the fault is what to report, after a finished sweep it is noise.
-                    if state.fault is None and not state.all_done():
-                        raise
-                    state.messages.append(f"Ray Tune's result summary failed ({type(exc).__name__}); "
-                                          "ignored: every result is in the ledger and the store")
+                if tuner is not None:
+                    try:
+                        with failed_restore_raises():
+                            fit_tuner(tuner, state)
+                    except TuneRestoreFailed as exc:
+                        restore_failure = str(exc)
+                if restore_failure is not None:
+                    # Tune would go on with an empty run and wait forever for the trials it lost.
+                    counts["rerun"] += state.forget_restored_trials("Ray Tune could not restore its last run")
+                    counts["resumed"] = 0
+                    state.messages.append(f"Ray Tune could not restore {experiment} ({restore_failure[:300]}); "
+                                          f"a new Tune run ({new_name}) starts and the points that were in "
+                                          "flight train again from the start")
+                    experiment, restore = new_name, False
+                    manifest["tune"] = {"storage": storage_path, "experiment": new_name,
+                                        "index": int(new_name.split("-")[1])}
+                    manifest["launches"][-1].update({"experiment": experiment, "restored": False})
+                    write_json_atomic(sweep_dir / MANIFEST, manifest)
+                    fit_tuner(new_tuner(), state)
             interrupted = not state.all_done()
             state.stopping = interrupted
     except KeyboardInterrupt:
@@ -539,6 +560,43 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
         raise StorageFault(f"the sweep stopped: {state.fault}; {RESUME_HINT}")
     write_json_atomic(sweep_dir / MANIFEST, manifest)
     return summary
+
+
+class TuneRestoreFailed(BaseException):
+    """Ray Tune logged that it could not restore its run state (it would then go on with an empty run).
+    A BaseException, so that it passes through Tune's `except Exception` around the restore."""
+
+
+@contextlib.contextmanager
+def failed_restore_raises() -> Iterator[None]:
+    """Turn Tune's "Failed to restore the run state." log record into TuneRestoreFailed."""
+
+    class Watch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("Failed to restore the run state"):
+                cause = record.exc_info[1] if record.exc_info else None
+                raise TuneRestoreFailed(f"{type(cause).__name__}: {cause}" if cause else "no reason given")
+
+    logger = logging.getLogger("ray.tune.execution.tune_controller")
+    watch = Watch(level=logging.ERROR)
+    logger.addHandler(watch)
+    try:
+        yield
+    finally:
+        logger.removeHandler(watch)
+
+
+def fit_tuner(tuner: Any, state: Any) -> None:
+    try:
+        tuner.fit()
+    except Exception as exc:
+        # Tune's own bookkeeping after its loop (the result grid reads every trial's error file)
+        # fails on files written while a disk was full. The sweeper does not use it: after a
+        # storage fault the fault is what to report, after a finished sweep it is noise.
+        if state.fault is None and not state.all_done():
+            raise
+        state.messages.append(f"Ray Tune's result summary failed ({type(exc).__name__}); "
+                              "ignored: every result is in the ledger and the store")
 
 
 def hold_driver_lock(sweep_dir: Path) -> Any:

@@ -465,6 +465,24 @@ class SweepState:
             self.refresh(cid)
         self.flush(force=True)
 
+    def forget_restored_trials(self, why: str) -> int:
+        """Tune could not restore its last run: the points its trials held train again from the
+        start, in a new Tune run. Returns how many points were re-queued."""
+        now = self.clock()
+        requeued = 0
+        for tid in sorted(self.restored_trials):
+            for rec in self._mine(tid, self.trial_points.pop(tid, [])):
+                rec.state, rec.tune_trial_id = "queued", None
+                rec.reason = f"re-run: {why}"
+                self.queue[rec.cell_id].append(rec.lr)
+                self._row(rec, now)
+                requeued += 1
+        self.restored_trials.clear()
+        for cid in self.cells:
+            self.refresh(cid)
+        self.flush(force=True)
+        return requeued
+
     def record_fault(self, exc: BaseException) -> bool:
         """The ledger or the store failed (disk full, ledger locked...): stop like Ctrl-C, so that
         in-flight points stay active and resume on the next launch. True the first time."""

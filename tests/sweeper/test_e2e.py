@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import socket
 import subprocess
@@ -201,10 +202,12 @@ def test_sigkill_of_the_driver_and_relaunch_retrains_no_finished_point(ray_sessi
         assert len(ids) == len(set(ids))
 
 
-def test_a_run_state_cut_short_by_a_kill_starts_a_new_tune_run(ray_session, tmp_path):
+@pytest.mark.parametrize("damage", ["empty", "foreign"])
+def test_a_run_state_tune_cannot_restore_starts_a_new_tune_run(ray_session, tmp_path, damage):
     """A kill while Tune copies its run state to the sweep directory leaves a short file (seen: an
-    empty search_gen_state-*.json, after which every relaunch failed in Tune's restore). The relaunch
-    starts a new Tune run instead, says so, and keeps every finished point."""
+    empty search_gen_state-*.json, after which every relaunch logged Tune's failed restore and hung).
+    The relaunch starts a new Tune run instead, says so, and keeps every finished point: "empty" is
+    caught before the restore, "foreign" (a pickle Tune loads but cannot use) when Tune's restore fails."""
     path = tiny_yaml(tmp_path, "cut", methods="[pre]", depths="[1, 2]", steps=480, stack=1)
     sweep = tmp_path / "cut"
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
@@ -220,7 +223,7 @@ def test_a_run_state_cut_short_by_a_kill_starts_a_new_tune_run(ray_session, tmp_
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130
     run_state = sorted((sweep / "ray" / "run-1").glob("search_gen_state-*.json"))[-1]
-    run_state.write_bytes(b"")
+    run_state.write_bytes(b"" if damage == "empty" else pickle.dumps(42))
     finished = load_points(sweep).filter(pl.col("state") == "ok")
 
     # Before the fix, this relaunch printed Tune's EOFError and then hung.
@@ -229,7 +232,8 @@ def test_a_run_state_cut_short_by_a_kill_starts_a_new_tune_run(ray_session, tmp_
     assert "Traceback" not in again.stderr
     summary = json.loads(again.stdout)
     assert summary["restored"] is False and summary["experiment"] == "run-2"
-    assert any(run_state.name in m and "train again from the start" in m for m in summary["messages"])
+    named = run_state.name if damage == "empty" else "could not restore run-1"
+    assert any(named in m and "train again from the start" in m for m in summary["messages"]), summary["messages"]
     assert summary["counts"] == {"bracketed": 2} and summary["resumed"]["rerun"] >= 1
     after = load_points(sweep)
     kept = finished.join(after, on="point_id", suffix="_after")
