@@ -208,7 +208,7 @@ def test_a_run_state_tune_cannot_restore_starts_a_new_tune_run(ray_session, tmp_
     empty search_gen_state-*.json, after which every relaunch logged Tune's failed restore and hung).
     The relaunch starts a new Tune run instead, says so, and keeps every finished point: "empty" is
     caught before the restore, "foreign" (a pickle Tune loads but cannot use) when Tune's restore fails."""
-    path = tiny_yaml(tmp_path, "cut", methods="[pre]", depths="[1, 2]", steps=480, stack=1)
+    path = tiny_yaml(tmp_path, "cut", methods="[pre]", depths="[1, 2]", steps=240, stack=1)
     sweep = tmp_path / "cut"
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     proc = subprocess.Popen(_launch_cmd(path, ray_session), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
