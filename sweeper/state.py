@@ -185,11 +185,8 @@ class SweepState:
                     if store_states.get(rec.point_id) != rec.state:
                         self._row(rec)
                 else:  # stale: its trial is gone; run it again from the start
-                    rec.state, rec.tune_trial_id = "queued", None
-                    rec.reason = "re-run: its trial did not survive the last launch"
-                    self.queue[cid].append(rec.lr)
+                    self._requeue(rec, "re-run: its trial did not survive the last launch")
                     counts["rerun"] += 1
-                    self._row(rec)
         for tid, pids in claimed.items():
             self.trial_points[tid] = list(pids)
             self.restored_trials.add(tid)
@@ -448,11 +445,8 @@ class SweepState:
                 # restored (typically: Tune's last experiment snapshot names a checkpoint that Tune had
                 # already replaced and deleted when the driver was killed). Its points did nothing wrong:
                 # re-run them from scratch, as points whose trial did not survive the last launch.
-                rec.state, rec.tune_trial_id = "queued", None
-                rec.reason = f"re-run: its trial could not be restored ({error[:200]})"
-                self.queue[rec.cell_id].append(rec.lr)
+                self._requeue(rec, f"re-run: its trial could not be restored ({error[:200]})", now)
                 self.messages.append(f"{rec.point_id}: {rec.reason}")
-                self._row(rec, now)
             elif error and not self.fault:
                 self._finish(rec, "failed", {"reason": error}, None, now)
             elif self.stopping:
@@ -472,16 +466,19 @@ class SweepState:
         requeued = 0
         for tid in sorted(self.restored_trials):
             for rec in self._mine(tid, self.trial_points.pop(tid, [])):
-                rec.state, rec.tune_trial_id = "queued", None
-                rec.reason = f"re-run: {why}"
-                self.queue[rec.cell_id].append(rec.lr)
-                self._row(rec, now)
+                self._requeue(rec, f"re-run: {why}", now)
                 requeued += 1
         self.restored_trials.clear()
         for cid in self.cells:
             self.refresh(cid)
         self.flush(force=True)
         return requeued
+
+    def _requeue(self, rec: PointRecord, reason: str, now: float | None = None) -> None:
+        """An active point whose trial is gone trains again from the start (same attempt)."""
+        rec.state, rec.tune_trial_id, rec.reason = "queued", None, reason
+        self.queue[rec.cell_id].append(rec.lr)
+        self._row(rec, now)
 
     def record_fault(self, exc: BaseException) -> bool:
         """The ledger or the store failed (disk full, ledger locked...): stop like Ctrl-C, so that

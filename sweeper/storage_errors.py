@@ -13,7 +13,6 @@ a damaged file is a `UserError` (exit 2) naming it and the repair.
 from __future__ import annotations
 
 import errno
-import os
 import re
 from collections.abc import Iterator
 

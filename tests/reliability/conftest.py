@@ -190,6 +190,12 @@ def optima_json(sweep: Path) -> dict[str, Any]:
     return json.loads(proc.stdout)
 
 
+def optima_cells(sweep: Path) -> list[dict[str, Any]]:
+    """What `sweeper optima` says of each cell: status, grid optimum, interpolated optimum."""
+    keys = ("cell_id", "status", "best_lr", "best_loss", "interp_lr", "interp_objective")
+    return [{k: row[k] for k in keys} for row in optima_json(sweep)["cells"]]
+
+
 # -- the shared sweep of items 1 and 7 ------------------------------------------------------------
 
 KILL_SWEEP = dict(methods="[pre, post]", depths="[1, 2]", steps=60, stack=1, concurrency=2,

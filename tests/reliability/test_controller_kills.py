@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 from sweeper.store import load_curves, load_points
 
-from .conftest import KILL_SWEEP, Driver, finished_in_ledger, ledger_trials, optima_json, wait_for, write_sweep
+from .conftest import KILL_SWEEP, Driver, finished_in_ledger, ledger_trials, optima_cells, wait_for, write_sweep
 
 KILLS = 6
 SEED = int(os.environ.get("RELIABILITY_KILL_SEED", "8"))  # the kill moments: random.Random(SEED)
@@ -141,9 +141,7 @@ def test_driver_killed_six_times_completes_with_the_uninterrupted_results(ray_se
     common = mine.keys()
     assert all(mine[p] == theirs[p] for p in common), {p: (mine[p], theirs[p]) for p in common if mine[p] != theirs[p]}
     deltas = [abs(mine[p] - theirs[p]) for p in common if mine[p] is not None and theirs[p] is not None]
-    keys = ("cell_id", "status", "best_lr", "best_loss", "interp_lr", "interp_objective")
-    got = [{k: row[k] for k in keys} for row in optima_json(sweep)["cells"]]
-    want = [{k: row[k] for k in keys} for row in optima_json(reference_run["dir"])["cells"]]
+    got, want = optima_cells(sweep), optima_cells(reference_run["dir"])
     assert got == want
 
     figures.record(

@@ -19,8 +19,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 GOOD = """\
 name: hostile
 methods: [pre]

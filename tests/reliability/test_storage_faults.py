@@ -27,7 +27,7 @@ import pytest
 
 from sweeper.store import load_points
 
-from .conftest import KILL_SWEEP, Driver, cli_cmd, optima_json, wait_for, write_sweep
+from .conftest import KILL_SWEEP, Driver, cli_cmd, optima_cells, optima_json, wait_for, write_sweep
 
 pytestmark = pytest.mark.slow
 
@@ -203,7 +203,7 @@ def test_a_damaged_or_replaced_ledger_is_refused_and_the_store_kept(finished, ra
     launch = run("launch", str(yaml), "--address", ray_session, "--json", timeout=300)
     line = one_line_error(launch, 2, str(ledger))
     repair = run("status", str(finished), "--repair")
-    repair_line = one_line_error(repair, 2, str(ledger), "left as it is")
+    one_line_error(repair, 2, str(ledger), "left as it is")
     assert tree_digest(finished / "store") == store_before, "the store must be left exactly as it was"
     assert not list(finished.glob("store.damaged-*"))
     assert optima_json(finished) == original_optima
@@ -362,9 +362,7 @@ def test_a_sweep_survives_a_lock_and_a_full_disk_with_every_result(ray_session, 
     reference = load_points(reference_run["dir"])
     mine = dict(zip(points["point_id"].to_list(), points["objective"].to_list()))
     assert mine == dict(zip(reference["point_id"].to_list(), reference["objective"].to_list()))
-    keys = ("cell_id", "status", "best_lr", "best_loss", "interp_lr", "interp_objective")
-    got = [{k: r[k] for k in keys} for r in optima_json(sweep)["cells"]]
-    want = [{k: r[k] for k in keys} for r in optima_json(reference_run["dir"])["cells"]]
+    got, want = optima_cells(sweep), optima_cells(reference_run["dir"])
     assert got == want
 
     figures.record(
