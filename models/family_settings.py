@@ -17,7 +17,12 @@ Looped LM (`family: looped`), `extra` keys and defaults:
 ViT (`family: vit`), `extra` keys and defaults:
 
     image_size: 32, patch_size: 4, channels: 3   N = (image_size / patch_size)^2 patches + 1 class token
-    drop_path: 0.0                                stochastic depth: rate of the last block (linear from 0)
+    drop_path: 0.0                                stochastic depth: rate of the last block (linear from 0);
+                                                  0.1 under the `deit` training recipe unless given
+    init: trunc_normal                            weights drawn from N(0, init_std) truncated to
+    init_trunc: 2.0                               [-init_trunc, init_trunc] (absolute, as timm's
+                                                  trunc_normal_(std=.02) in DeiT: at std 0.02 a cut at 100
+                                                  sigma); `init: normal` for the untruncated N(0, init_std)
 """
 
 from __future__ import annotations
@@ -58,6 +63,13 @@ def _float(family: str, extra: Mapping[str, Any], key: str, default: float, *, l
         bound = f"{'>' if lo_open else '>='} {lo:g}" + (f" and <= {hi:g}" if hi is not None else "")
         raise ValueError(f"model.extra.{key} for the {family} family must be a number {bound}, got {value!r}")
     return float(value)
+
+
+def _choice(family: str, extra: Mapping[str, Any], key: str, default: str, allowed: tuple[str, ...]) -> str:
+    value = extra.get(key, default)
+    if value not in allowed:
+        raise ValueError(f"model.extra.{key} for the {family} family must be one of {', '.join(allowed)}, got {value!r}")
+    return str(value)
 
 
 # ---- looped LM ---------------------------------------------------------------------------------------
@@ -156,6 +168,8 @@ class ViTSettings:
     patch_size: int = 4
     channels: int = 3
     drop_path: float = 0.0
+    init: str = "trunc_normal"
+    init_trunc: float = 2.0
 
     @property
     def patches(self) -> int:
@@ -187,6 +201,8 @@ def vit_settings(cfg: ModelConfig) -> ViTSettings:
         image_size=image, patch_size=patch,
         channels=_int(family, extra, "channels", d.channels, 1),
         drop_path=_float(family, extra, "drop_path", d.drop_path, lo_open=False, hi=0.99),
+        init=_choice(family, extra, "init", d.init, ("trunc_normal", "normal")),
+        init_trunc=_float(family, extra, "init_trunc", d.init_trunc),
     )
 
 

@@ -6,9 +6,10 @@ embeds them directly and validation stays fast. Every model forbids unknown keys
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -69,32 +70,124 @@ class ScheduleConfig(StrictModel):
     final_fraction: Fraction = 0.1
 
 
-class VisionConfig(StrictModel):
-    """ViT training: DeiT's augmentation and loss knobs (every one off by default; see sweeps/vit.yaml).
+Interpolation = Literal["bicubic", "bilinear", "nearest", "random"]
 
-    `crop`: random-resized-crop (area fraction `crop_scale`, aspect ratio `crop_ratio`, resized back
-    to the model's resolution); `flip`: probability of a horizontal flip; `mixup` / `cutmix`: the Beta
-    distribution's alpha (0 disables), applied to a batch with probability `mix_prob`, cutmix chosen
-    with probability `switch_prob` when both are on; `label_smoothing`: epsilon of the soft targets.
+# DeiT's recipe (Touvron et al. 2021, Table 9, and the defaults of the official training script), the
+# values `recipe: deit` gives every ingredient that the YAML leaves unset. The model's two ingredients
+# (drop-path 0.1 and the truncated-normal init) are `model.extra` keys of the ViT family
+# (`models.vit`); the optimizer and schedule are `train.optimizer` / `train.schedule` (sweeps/vit.yaml).
+DEIT_RECIPE: dict[str, object] = {
+    "label_smoothing": 0.1,
+    "mixup": 0.8,
+    "cutmix": 1.0,
+    "mix_prob": 1.0,
+    "switch_prob": 0.5,
+    "crop": True,
+    "crop_scale": (0.08, 1.0),
+    "crop_ratio": (3 / 4, 4 / 3),
+    "interpolation": "bicubic",
+    "flip": 0.5,
+    "randaugment": "rand-m9-mstd0.5-inc1",
+    "erasing": 0.25,
+    "erasing_mode": "pixel",
+    "erasing_count": 1,
+    "repeats": 3,
+}
+DEIT_DROP_PATH = 0.1  # model.extra.drop_path under `recipe: deit` unless the YAML sets it
+# Every ingredient off: what `recipe: none` (the default) gives the fields the YAML leaves unset.
+NO_RECIPE: dict[str, object] = {
+    **DEIT_RECIPE,
+    "label_smoothing": 0.0, "mixup": 0.0, "cutmix": 0.0, "crop": False, "flip": 0.0,
+    "randaugment": False, "erasing": 0.0, "repeats": 1,
+}
+IMAGE_AUGMENTATIONS = ("crop", "flip", "randaugment", "erasing", "mixup", "cutmix")  # need the `images` extra
+
+
+@dataclass(frozen=True)
+class VisionRecipe:
+    """Every ingredient of a ViT training recipe with its value (`VisionConfig.resolved()`)."""
+
+    recipe: str
+    label_smoothing: float
+    mixup: float
+    cutmix: float
+    mix_prob: float
+    switch_prob: float
+    crop: bool
+    crop_scale: tuple[float, float]
+    crop_ratio: tuple[float, float]
+    interpolation: str
+    flip: float
+    randaugment: str | Literal[False]
+    erasing: float
+    erasing_mode: str
+    erasing_count: int
+    repeats: int
+    workers: int
+
+    @property
+    def mixing(self) -> bool:
+        return self.mixup > 0 or self.cutmix > 0
+
+    @property
+    def augments(self) -> bool:
+        """Whether any per-image or batch augmentation is on (each one comes from timm / torchvision)."""
+        return self.crop or self.flip > 0 or bool(self.randaugment) or self.erasing > 0 or self.mixing
+
+
+class VisionConfig(StrictModel):
+    """ViT training recipe: DeiT's data augmentation, mixing and label smoothing.
+
+    `recipe: deit` sets every ingredient below to DeiT's value (`DEIT_RECIPE`); `recipe: none` (the
+    default) turns every one off. A field given in the YAML overrides the recipe's value. The
+    ingredients (all from the `images` extra: timm and torchvision, except label smoothing alone):
+
+    - `crop`: random-resized-crop (area fraction `crop_scale`, aspect ratio `crop_ratio`,
+      `interpolation`), back to the model's resolution; `flip`: probability of a horizontal flip;
+    - `randaugment`: timm's RandAugment policy string (`rand-m9-mstd0.5-inc1`: 2 ops of magnitude 9,
+      magnitude std 0.5, magnitude-increasing ops), `false` for none;
+    - `erasing`: probability of random erasing (`erasing_mode` pixel: per-pixel normal noise,
+      `erasing_count` regions at most), applied after normalisation;
+    - `mixup` / `cutmix`: the Beta distribution's alpha (0 disables), applied to a batch with
+      probability `mix_prob`, cutmix chosen with probability `switch_prob` when both are on;
+    - `label_smoothing`: epsilon of the targets (inside the mixed targets when mixing is on);
+    - `repeats`: repeated augmentation, each image `repeats` times per epoch with different augmentations
+      (timm's RepeatAugSampler; an epoch then holds 1/repeats of the images, each `repeats` times);
+    - `workers`: processes that augment the images of the next batches (0: in the trial's process).
     """
 
-    label_smoothing: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.0
-    mixup: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
-    cutmix: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
-    mix_prob: Fraction = 1.0
-    switch_prob: Fraction = 0.5
-    crop: bool = False
-    crop_scale: tuple[Fraction, Fraction] = (0.08, 1.0)
-    crop_ratio: tuple[PositiveFloat, PositiveFloat] = (3 / 4, 4 / 3)
-    flip: Fraction = 0.0
+    recipe: Literal["none", "deit"] = "none"
+    label_smoothing: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] | None = None
+    mixup: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+    cutmix: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+    mix_prob: Fraction | None = None
+    switch_prob: Fraction | None = None
+    crop: bool | None = None
+    crop_scale: tuple[Fraction, Fraction] | None = None
+    crop_ratio: tuple[PositiveFloat, PositiveFloat] | None = None
+    interpolation: Interpolation | None = None
+    flip: Fraction | None = None
+    randaugment: Literal[False] | Annotated[str, Field(pattern=r"^rand(-[a-z]+[0-9.]*)*$")] | None = None
+    erasing: Fraction | None = None
+    erasing_mode: Literal["pixel", "rand", "const"] | None = None
+    erasing_count: PositiveInt | None = None
+    repeats: PositiveInt | None = None
+    workers: Annotated[int, Field(ge=0, le=64)] = 0
 
     @model_validator(mode="after")
     def _ordered(self) -> "VisionConfig":
-        if not 0 < self.crop_scale[0] <= self.crop_scale[1]:
+        if self.crop_scale is not None and not 0 < self.crop_scale[0] <= self.crop_scale[1]:
             raise ValueError(f"crop_scale must be [low, high] with 0 < low <= high <= 1 (got {list(self.crop_scale)})")
-        if self.crop_ratio[0] > self.crop_ratio[1]:
+        if self.crop_ratio is not None and self.crop_ratio[0] > self.crop_ratio[1]:
             raise ValueError(f"crop_ratio must be [low, high] with low <= high (got {list(self.crop_ratio)})")
         return self
+
+    def resolved(self) -> VisionRecipe:
+        """Every ingredient's value: the YAML's where given, else the recipe's."""
+        base = DEIT_RECIPE if self.recipe == "deit" else NO_RECIPE
+        values = {key: (given if (given := getattr(self, key)) is not None else default) for key, default in base.items()}
+        values["crop_scale"], values["crop_ratio"] = tuple(values["crop_scale"]), tuple(values["crop_ratio"])  # type: ignore[arg-type]
+        return VisionRecipe(recipe=self.recipe, workers=self.workers, **values)  # type: ignore[arg-type]
 
 
 class TrainConfig(StrictModel):
@@ -121,7 +214,7 @@ class TrainConfig(StrictModel):
     sync_every: PositiveInt | None = None  # steps between host reads of the losses; None: 1 on CPU, 16 on CUDA
     cuda_graphs: bool = False  # CUDA only: capture the whole step in one CUDA graph (implies deferred reads)
     micro_batch: PositiveInt | None = None  # sequences per forward/backward, gradients accumulated over the batch; None: all
-    vision: VisionConfig | None = None  # ViT: augmentation, mixup/cutmix, label smoothing (None: none of them)
+    vision: VisionConfig | None = None  # ViT: augmentation, mixup/cutmix, label smoothing (None: none of them; `recipe: deit`: DeiT's)
 
     @model_validator(mode="after")
     def _one_budget(self) -> "TrainConfig":
@@ -133,11 +226,45 @@ class TrainConfig(StrictModel):
         return self
 
 
+class ScaledPatience(StrictModel):
+    """Spike patience as a share of the run: `fraction` x the trial's total steps, at least `min` and
+    at most `max` steps (rounded to the nearest step). Written `spike_patience: 2%` or
+    `spike_patience: {fraction: 0.02, min: 50}`."""
+
+    fraction: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
+    min: PositiveInt = 50
+    max: PositiveInt | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "ScaledPatience":
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"spike_patience: max ({self.max}) must be >= min ({self.min})")
+        return self
+
+
+DEFAULT_SPIKE_PATIENCE = ScaledPatience(fraction=0.02, min=50)
+
+
+def _patience_from_percent(value: object) -> object:
+    """`"2%"` -> `{fraction: 0.02}` (the default floor); anything else is validated as given."""
+    if isinstance(value, str) and value.strip().endswith("%"):
+        try:
+            percent = float(value.strip()[:-1])
+        except ValueError:
+            raise ValueError(f"spike_patience: {value!r} is not a percentage (e.g. '2%')") from None
+        return {"fraction": percent / 100.0}
+    return value
+
+
 class DivergenceConfig(StrictModel):
-    """When a run counts as diverged. NaN/Inf losses always do, at once."""
+    """When a run counts as diverged. NaN/Inf losses always do, at once.
+
+    `spike_patience`: how long a spike may last, either in steps (an integer, the same for every run)
+    or as a share of each run's length (`2%`, or `{fraction, min, max}`), so that a 800k-step run gets
+    the same relative patience as a 10k-step one. Default: 2% of the run, at least 50 steps."""
 
     ema: Fraction = 0.9  # smoothing of the training loss
     init_loss_margin: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0  # diverged if smoothed > init + margin after warmup
     spike_factor: Annotated[float, Field(gt=1, allow_inf_nan=False)] = 1.5  # a spike: loss > factor * best smoothed loss
-    spike_patience: PositiveInt = 50  # steps a spike may last before it counts as divergence
+    spike_patience: Annotated[PositiveInt | ScaledPatience, BeforeValidator(_patience_from_percent)] = DEFAULT_SPIKE_PATIENCE
     explode_factor: Annotated[float, Field(gt=1, allow_inf_nan=False)] | None = 3.0  # loss > factor * init loss: diverged at once, even in warmup; None disables

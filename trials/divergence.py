@@ -6,7 +6,9 @@ A member is diverged, with the step and a reason recorded, as soon as one rule f
 3. `above-init`: after warmup, its smoothed loss (EMA, coefficient `ema`) is above its initial
    loss + `init_loss_margin` (the loss at initialisation is ~ln(vocab)).
 4. `spike`: its loss rose above `spike_factor` x its best smoothed loss so far and did not come
-   back below that level within `spike_patience` steps.
+   back below that level within the patience (`patience_steps`): a fixed number of steps, or by
+   default a share of the run's length (2%, at least 50 steps), so that long runs are as tolerant of
+   a slow recovery as short ones.
 Spikes that recover are counted (`spikes`), not treated as divergence.
 
 The initial loss of a member is its first observed loss (step 0, before any update).
@@ -20,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from trials.config import DivergenceConfig
+from trials.config import DivergenceConfig, ScaledPatience
 
 
 @dataclass
@@ -38,10 +40,23 @@ class MemberWatch:
         return self.diverged_step is not None
 
 
+def patience_steps(setting: int | ScaledPatience, total_steps: int | None) -> int:
+    """Steps a spike may last: `setting` itself when it is a step count, else its fraction of the
+    run's `total_steps`, rounded, clipped to [min, max]."""
+    if isinstance(setting, int):
+        return setting
+    if total_steps is None:
+        raise ValueError("spike_patience is a share of the run: the run's total steps are needed")
+    steps = max(setting.min, round(setting.fraction * total_steps))
+    return steps if setting.max is None else min(steps, setting.max)
+
+
 class DivergenceMonitor:
-    def __init__(self, cfg: DivergenceConfig, n_members: int, warmup_steps: int) -> None:
+    def __init__(self, cfg: DivergenceConfig, n_members: int, warmup_steps: int, total_steps: int | None = None) -> None:
+        """`total_steps`: the run's length, needed when `cfg.spike_patience` is a share of it."""
         self.cfg = cfg
         self.warmup_steps = warmup_steps
+        self.patience = patience_steps(cfg.spike_patience, total_steps)
         self.members = [MemberWatch() for _ in range(n_members)]
 
     @property
@@ -91,10 +106,11 @@ class DivergenceMonitor:
             if m.spike_since is None:
                 m.spike_since = step
                 m.spikes += 1
-            elif step - m.spike_since >= cfg.spike_patience:
+            elif step - m.spike_since >= self.patience:
                 return (
                     f"spike: training loss {loss:.4g} still > {cfg.spike_factor:g} x best smoothed loss "
-                    f"{m.best_ema:.4g} at step {step}, {step - m.spike_since} steps after the spike began"
+                    f"{m.best_ema:.4g} at step {step}, {step - m.spike_since} steps after the spike began "
+                    f"(patience {self.patience} steps)"
                 )
         else:
             m.spike_since = None

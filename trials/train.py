@@ -27,6 +27,7 @@ import os
 import random
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ import numpy as np
 import torch
 
 from models import build_model, count_params, flops_per_token
+from models.config import ModelConfig
 from models.family_counts import sample_tokens
 from models.family_settings import vit_settings
 from trials.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -45,6 +47,8 @@ from trials.errors import TrialInputError
 from trials.fused_loss import member_losses as fused_member_losses
 from trials.schedule import LRSchedule, total_steps
 from trials.spec import PointResult, StepReport, TrialSpec
+from trials.config import DEIT_DROP_PATH, TrainConfig, VisionConfig
+from trials.deit import AugmentedStream, ImageAugmenter
 from trials.vision import ClassificationBatches, top1_correct
 
 Report = Callable[[StepReport], None]
@@ -69,6 +73,14 @@ def resolve_autocast(train_dtype: str, device: torch.device) -> torch.dtype | No
     return torch.bfloat16
 
 
+def vit_recipe_model(model: ModelConfig, train: TrainConfig) -> ModelConfig:
+    """The model a trial builds: `model`, plus DeiT's drop-path (0.1) when the ViT's recipe is `deit`
+    and `model.extra` does not set `drop_path` itself."""
+    if model.family != "vit" or train.vision is None or train.vision.recipe != "deit" or "drop_path" in model.extra:
+        return model
+    return replace(model, extra={**model.extra, "drop_path": DEIT_DROP_PATH})
+
+
 def data_order_seed(data_seed: int, cell_seed: int) -> int:
     """One seed for the batch order of a cell: every LR of the cell, in any trial, sees the same batches."""
     return int(np.random.SeedSequence(seed_words(data_seed, cell_seed)).generate_state(1)[0])
@@ -79,7 +91,8 @@ class Trial:
 
     def __init__(self, spec: TrialSpec) -> None:
         self.spec = spec
-        train, cfg = spec.train, spec.model
+        train, cfg = spec.train, vit_recipe_model(spec.model, spec.train)
+        self.model_cfg = cfg  # the model as built: spec.model, with the ViT recipe's drop-path filled in
         if cfg.family not in ("llama", "looped", "vit"):
             raise TrialInputError(f"model.family {cfg.family!r}: expected llama, looped or vit")
         if (cfg.family == "vit") != (spec.data.source in ("images", "builtin_images")):
@@ -128,7 +141,7 @@ class Trial:
             self.eval_data = [
                 torch.from_numpy(b).to(self.device) for b in self.source.eval_batches(train.eval_batches, train.batch_size, cfg.seq_len)
             ]
-        self.monitor = DivergenceMonitor(spec.divergence, k, self.schedule.warmup)
+        self.monitor = DivergenceMonitor(spec.divergence, k, self.schedule.warmup, self.steps)
         self.step = 0
         self.train_seconds = 0.0
         self.eval_loss: list[float | None] = [None] * k
@@ -142,12 +155,19 @@ class Trial:
         self._saved_step: int | None = None
 
     def _open_images(self, spec: TrialSpec) -> None:
-        """ViT: the image stream, the held-out images and the batch maker (augmentation, mixup, soft targets)."""
-        image = vit_settings(spec.model)
+        """ViT: the image stream, the held-out images and the batch maker (DeiT's recipe, `trials.vision`)."""
+        image = vit_settings(self.model_cfg)
         train, seed = spec.train, data_order_seed(spec.data.seed, spec.seed)
+        recipe = (train.vision or VisionConfig()).resolved()
         arrays = self.source.arrays(image.image_size, image.channels)  # type: ignore[attr-defined]
-        self.vision = ClassificationBatches(arrays, train.vision, spec.model.vocab, self.device, seed)
-        self.stream = self.source.train_stream(train.batch_size, seed, image.image_size, image.channels)  # type: ignore[call-arg]
+        self.vision = ClassificationBatches(arrays, recipe, self.model_cfg.vocab, self.device, seed)
+        self.stream = self.source.train_stream(  # type: ignore[call-arg]
+            train.batch_size, seed, image.image_size, image.channels, repeats=recipe.repeats
+        )
+        if recipe.crop or recipe.flip > 0 or recipe.randaugment:
+            augmenter = ImageAugmenter(recipe, image.image_size, image.channels, arrays.mean)
+            augmenter.transform  # noqa: B018  # built now: a missing `images` extra fails before training
+            self.stream = AugmentedStream(self.stream, augmenter, seed, recipe.workers)
         self.eval_data = [
             (self.vision.eval_inputs(torch.from_numpy(x)), torch.from_numpy(y).to(self.device))
             for x, y in self.source.eval_batches(train.eval_batches, train.batch_size, image.image_size, image.channels)  # type: ignore[call-arg]
@@ -261,8 +281,9 @@ class Trial:
         extra: dict[str, Any] = {}
         if self.vision is not None:
             images, labels = self.stream.next_batch()
-            inputs, targets = self.vision.train_inputs(torch.from_numpy(images), torch.from_numpy(labels), self.step)
+            inputs, targets = self.vision.train_inputs(images, labels, self.step)
             extra["drop_seed"] = self.vision.drop_seed(self.step)  # drop-path decisions: a pure function of the step
+            extra.update(self.vision.loss_options(targets))
         else:
             batch = torch.from_numpy(self.stream.next_batch()).to(self.device, non_blocking=True)
             inputs, targets = batch[:, :-1], batch[:, 1:]
@@ -297,7 +318,7 @@ class Trial:
         for i, m in enumerate(self.slots):
             if i not in keep:
                 self.frozen[m] = {n: t.to("cpu") for n, t in self.model.member_state_dict(i).items()}
-        model = build_model(self.spec.model, stack=len(keep), seed=self.spec.seed, device=self.device)
+        model = build_model(self.model_cfg, stack=len(keep), seed=self.spec.seed, device=self.device)
         for j, i in enumerate(keep):
             model.load_member_state_dict(j, self.model.member_state_dict(i))
         if self.execution.compile:
@@ -496,7 +517,7 @@ class Trial:
             raise TrialInputError(f"{path}: written on corpus {state['corpus']}, but the data is now {self.source.fingerprint}")
         self.slots = list(state["slots"])
         if len(self.slots) != self.spec.stack:
-            self.model = build_model(self.spec.model, stack=len(self.slots), seed=self.spec.seed, device=self.device)
+            self.model = build_model(self.model_cfg, stack=len(self.slots), seed=self.spec.seed, device=self.device)
             if self.execution.compile:
                 compile_regions(self.model)
             self.opt.compact(list(range(len(self.slots))), self.model.param_specs())

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from trials.config import DivergenceConfig, ScheduleConfig, TrainConfig
-from trials.divergence import DivergenceMonitor
+from trials.config import DivergenceConfig, ScaledPatience, ScheduleConfig, TrainConfig
+from trials.divergence import DivergenceMonitor, patience_steps
 from trials.schedule import LRSchedule, total_steps, warmup_steps
 
 
@@ -26,14 +26,14 @@ def healthy(n: int, start: float = 5.5, end: float = 2.0) -> list[float]:
 
 
 def test_healthy_run_never_diverges() -> None:
-    mon = DivergenceMonitor(DivergenceConfig(), 1, warmup_steps=5)
+    mon = DivergenceMonitor(DivergenceConfig(), 1, warmup_steps=5, total_steps=300)
     assert run(mon, {0: healthy(300)}) == []
     assert mon.members[0].init_loss == pytest.approx(5.5) and mon.members[0].spikes == 0
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
 def test_non_finite_diverges_at_once_even_in_warmup(bad: float) -> None:
-    mon = DivergenceMonitor(DivergenceConfig(), 2, warmup_steps=100)
+    mon = DivergenceMonitor(DivergenceConfig(), 2, warmup_steps=100, total_steps=1000)
     curve = healthy(10)
     curve[3] = bad
     assert run(mon, {0: healthy(10), 1: curve}) == [(1, 3)]
@@ -42,10 +42,10 @@ def test_non_finite_diverges_at_once_even_in_warmup(bad: float) -> None:
 
 
 def test_explosion_diverges_at_once() -> None:
-    mon = DivergenceMonitor(DivergenceConfig(explode_factor=3.0), 1, warmup_steps=100)
+    mon = DivergenceMonitor(DivergenceConfig(explode_factor=3.0), 1, warmup_steps=100, total_steps=1000)
     assert run(mon, {0: [5.5, 9.0, 17.0, 4.0]}) == [(0, 2)]
     assert mon.members[0].reason.startswith("exploded: training loss 17 > 3 x initial loss 5.5")
-    off = DivergenceMonitor(DivergenceConfig(explode_factor=None), 1, warmup_steps=100)
+    off = DivergenceMonitor(DivergenceConfig(explode_factor=None), 1, warmup_steps=100, total_steps=1000)
     assert run(off, {0: [5.5, 9.0, 17.0, 4.0]}) == []
 
 
@@ -79,7 +79,7 @@ def test_spike_not_recovered_within_patience_diverges() -> None:
 
 
 def test_members_are_independent_and_verdicts_final() -> None:
-    mon = DivergenceMonitor(DivergenceConfig(), 3, warmup_steps=0)
+    mon = DivergenceMonitor(DivergenceConfig(), 3, warmup_steps=0, total_steps=100)
     assert run(mon, {0: healthy(20), 1: [5.5, math.nan] + healthy(18), 2: healthy(20)}) == [(1, 1)]
     assert mon.members[1].diverged_step == 1  # later finite losses do not revive it
     assert mon.observe(20, {0: 1.0, 1: 1.0, 2: math.nan}) == [2]
@@ -97,6 +97,39 @@ def test_state_round_trips_through_json() -> None:
     resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
     got = [(m, s) for s in range(32, 40) for m in resumed.observe(s, {0: curve[s]})]
     assert got == expected and resumed.members[0].reason == whole.members[0].reason
+
+
+def test_spike_patience_is_a_share_of_the_run_with_a_floor_and_a_cap() -> None:
+    default = DivergenceConfig().spike_patience
+    assert default == ScaledPatience(fraction=0.02, min=50)
+    assert [patience_steps(default, n) for n in (200, 10_890, 375_300, 818_000)] == [50, 218, 7506, 16_360]
+    assert patience_steps(200, 818_000) == 200  # an integer stays a fixed number of steps
+    capped = DivergenceConfig.model_validate({"spike_patience": {"fraction": 0.01, "min": 20, "max": 1000}}).spike_patience
+    assert [patience_steps(capped, n) for n in (100, 50_000, 818_000)] == [20, 500, 1000]
+    percent = DivergenceConfig.model_validate({"spike_patience": "0.5%"}).spike_patience
+    assert percent == ScaledPatience(fraction=0.005) and patience_steps(percent, 100_000) == 500
+    with pytest.raises(ValueError, match="spike_patience"):
+        DivergenceConfig.model_validate({"spike_patience": "lots%"})
+    with pytest.raises(ValueError):
+        DivergenceConfig.model_validate({"spike_patience": {"fraction": 0.01, "min": 100, "max": 10}})
+    with pytest.raises(ValueError):
+        DivergenceConfig.model_validate({"spike_patience": 0})
+    with pytest.raises(ValueError, match="total steps"):
+        DivergenceMonitor(DivergenceConfig(), 1, warmup_steps=0)
+    dumped = DivergenceConfig.model_validate({"spike_patience": "2%"}).model_dump(mode="json")
+    assert DivergenceConfig.model_validate(dumped) == DivergenceConfig()  # specs round-trip through JSON
+
+
+def test_a_long_run_outlasts_a_spike_that_a_short_run_would_not() -> None:
+    """A spike of 80 steps: diverged in a 2,000-step run (patience 50), recovered in a 20,000-step run (400)."""
+    curve = healthy(300)
+    for s in range(150, 230):
+        curve[s] = 2.5 * curve[s]
+    short = DivergenceMonitor(DivergenceConfig(), 1, warmup_steps=5, total_steps=2000)
+    assert run(short, {0: curve}) == [(0, 200)]
+    assert "(patience 50 steps)" in short.members[0].reason
+    long = DivergenceMonitor(DivergenceConfig(), 1, warmup_steps=5, total_steps=20_000)
+    assert run(long, {0: curve}) == [] and long.members[0].spikes == 1
 
 
 # ---- schedule and budget ---------------------------------------------------------------------

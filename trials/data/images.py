@@ -74,25 +74,36 @@ def _epoch_order(seed: int, epoch: int, n: int) -> np.ndarray:
 class ImageBatchStream:
     """Training images in epochs of seeded permutations; `state()` is the exact position.
 
-    With `prefetch` (default) the next batch is read on a background thread while the current one
-    trains (reading a large batch from a memory-mapped cache takes a while); a batch is a pure
+    With `repeats` > 1 (DeiT's repeated augmentation) an epoch's order is timm's RepeatAugSampler's
+    instead (`trials.deit.repeated_order`): each image `repeats` times in a row, 1/repeats of the images
+    per epoch. With `prefetch` (default) the next batch is read on a background thread while the current
+    one trains (reading a large batch from a memory-mapped cache takes a while); a batch is a pure
     function of its position, so prefetching never changes what is served."""
 
-    def __init__(self, arrays: ImageArrays, batch_size: int, seed: int, *, prefetch: bool = True) -> None:
-        self.arrays, self.batch_size, self.seed = arrays, batch_size, seed
+    def __init__(self, arrays: ImageArrays, batch_size: int, seed: int, *, prefetch: bool = True, repeats: int = 1) -> None:
+        self.arrays, self.batch_size, self.seed, self.repeats = arrays, batch_size, seed, repeats
         self.n = len(arrays.train_y)
         if self.n < 1:
             raise TrialInputError("data: no training images")
+        self.epoch_length = self.n if repeats == 1 else len(self.epoch_order(0))
         self.position = 0
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="images") if prefetch else None
         self._ahead: tuple[int, Future[tuple[np.ndarray, np.ndarray]]] | None = None
+
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        """The image indices of epoch `epoch`, in order."""
+        if self.repeats == 1:
+            return _epoch_order(self.seed, epoch, self.n)
+        from trials.deit import repeated_order  # timm (the images extra): only with repeated augmentation
+
+        return repeated_order(self.seed, epoch, self.n, self.repeats)
 
     def indices(self, first: int, count: int) -> np.ndarray:
         """Image indices of stream positions `first .. first + count - 1`."""
         out = np.empty(count, dtype=np.int64)
         for i in range(count):
-            epoch, index = divmod(first + i, self.n)
-            out[i] = _epoch_order(self.seed, epoch, self.n)[index]
+            epoch, index = divmod(first + i, self.epoch_length)
+            out[i] = self.epoch_order(epoch)[index]
         return out
 
     def read(self, first: int) -> tuple[np.ndarray, np.ndarray]:
@@ -112,10 +123,14 @@ class ImageBatchStream:
         return batch
 
     def state(self) -> dict[str, Any]:
-        return {"kind": "images", "images": self.position, "seed": self.seed, "n": self.n}
+        state: dict[str, Any] = {"kind": "images", "images": self.position, "seed": self.seed, "n": self.n}
+        if self.repeats != 1:
+            state["repeats"] = self.repeats
+        return state
 
     def load_state(self, state: dict[str, Any]) -> None:
-        if state.get("kind") != "images" or state.get("seed") != self.seed or state.get("n") != self.n:
+        if (state.get("kind") != "images" or state.get("seed") != self.seed or state.get("n") != self.n
+                or state.get("repeats", 1) != self.repeats):
             raise TrialInputError(f"data position {state} does not belong to this image stream (seed {self.seed}, {self.n} images)")
         self.position = int(state["images"])
 
@@ -146,8 +161,8 @@ class ImageSource(ABC):
     @abstractmethod
     def _load(self, image_size: int, channels: int) -> ImageArrays: ...
 
-    def train_stream(self, batch_size: int, seed: int, image_size: int, channels: int) -> ImageBatchStream:
-        return ImageBatchStream(self.arrays(image_size, channels), batch_size, seed)
+    def train_stream(self, batch_size: int, seed: int, image_size: int, channels: int, repeats: int = 1) -> ImageBatchStream:
+        return ImageBatchStream(self.arrays(image_size, channels), batch_size, seed, repeats=repeats)
 
     def eval_batches(self, n_batches: int, batch_size: int, image_size: int, channels: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """The first `n_batches * batch_size` validation images in order (all of them if fewer), in batches."""
