@@ -183,3 +183,21 @@ def test_wrong_image_shape_is_a_clear_error():
     model = make(vit_config("pre"))
     with pytest.raises(ValueError, match=r"expected \(3, 16, 16\)"):
         model(torch.zeros(2, 3, 32, 32))
+
+
+def test_weights_are_drawn_truncated_normal_seed_stable_and_equal_across_members():
+    wide = make(vit_config("pre", width=64), stack=2, seed=7)  # DeiT's default: std 0.02, cut at +-2 (absolute)
+    again = make(vit_config("pre", width=64), stack=2, seed=7)
+    for (name, p), q in zip(wide.named_parameters(), again.parameters()):
+        assert torch.equal(p, q) and torch.equal(p[0], p[1]), name  # seed-stable, the same in every member
+    fc1 = wide.blocks[0].mlp.fc1[0].detach()
+    assert float(fc1.abs().max()) <= 2.0 and float(fc1.std()) == pytest.approx(0.02, rel=0.05)
+    cut = make(vit_config("pre", width=64, init_trunc=0.04), seed=7)  # a cut at 2 sigma does cut
+    weights = torch.cat([cut.blocks[0].mlp.fc1[0].flatten(), cut.blocks[1].attn.qkv[0].flatten(), cut.head[0].flatten()]).detach()
+    assert float(weights.abs().max()) <= 0.04
+    assert float(weights.std()) == pytest.approx(0.02 * 0.8796, rel=0.03)  # std of N(0,1) cut at +-2: 0.8796
+    plain = make(vit_config("pre", width=64, init="normal"), seed=7)
+    assert float(plain.blocks[0].mlp.fc1[0].std()) == pytest.approx(0.02, rel=0.05)
+    assert not torch.equal(plain.blocks[0].mlp.fc1, cut.blocks[0].mlp.fc1)
+    with pytest.raises(ValueError, match="model.extra.init"):
+        make(vit_config("pre", init="xavier"))
