@@ -115,3 +115,32 @@ def test_hf_offline_and_missing_extra_give_clear_errors() -> None:
     assert len(lines) == 2, missing.stdout + missing.stderr
     assert all("pip install 'layerrope-sweeper[hf]'" in line for line in lines)
     assert lines[0].startswith("ERR data.source 'hf' needs the `datasets` library")
+
+
+def test_trailing_sentinel_ids_are_not_part_of_the_text_vocabulary(tmp_path: Path) -> None:
+    """As the T5 tokenizer: pieces, then special sentinels only span corruption uses (32,000 + 100 in T5)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from trials.data.tokenizer import load_tokenizer
+
+    words = "alpha beta gamma delta epsilon zeta".split()
+    texts = [" ".join(words[(i + j) % 6] for j in range(6)) for i in range(50)]
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=60, special_tokens=["<pad>", "</s>", "<unk>"]))
+    pieces = tok.get_vocab_size()
+    tok.add_special_tokens([f"<extra_id_{i}>" for i in range(3)])
+    tok.save(str(tmp_path / "t5like.json"))
+    t5like = load_tokenizer(str(tmp_path / "t5like.json"))
+    assert (t5like.full_vocab, t5like.vocab) == (pieces + 3, pieces) and t5like.eos == 1
+    ids = t5like.encode_batch(["alpha <extra_id_1> beta"])[0]
+    assert ids.max() < pieces and ids[-1] == 1 and len(ids) == 3  # the literal sentinel is dropped, EOS kept
+    assert t5like.fingerprint.endswith(f"-text{pieces}")
+    # A trailing special token that is the EOS (GPT-2's <|endoftext|>) stays in the vocabulary.
+    gpt = Tokenizer(models.BPE(unk_token="<unk>"))
+    gpt.pre_tokenizer = pre_tokenizers.Whitespace()
+    gpt.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=60, special_tokens=["<unk>"]))
+    gpt.add_special_tokens(["<|endoftext|>"])
+    gpt.save(str(tmp_path / "gptlike.json"))
+    gptlike = load_tokenizer(str(tmp_path / "gptlike.json"))
+    assert gptlike.vocab == gptlike.full_vocab == gptlike.eos + 1 and "-text" not in gptlike.fingerprint

@@ -3,6 +3,12 @@
 
 Documents are joined with an end-of-document token: byte 0 (NUL, which never occurs in
 text sources) for byte-level data, the tokenizer's own EOS token otherwise (none if it has none).
+
+A Hugging Face tokenizer's `vocab` is the number of ids text can produce: its last ids are left out
+when they are special tokens added for other tasks, such as the T5 tokenizer's 100 sentinels
+`<extra_id_0..99>` (ids 32000-32099, used only by span corruption): the study trains on its 32,000
+pieces with a 32,000-row embedding, as the Curse-of-Depth code does with `t5-base`. Such a token
+would only come from its literal text (`<extra_id_5>` written in a document); it is dropped there.
 """
 
 from __future__ import annotations
@@ -53,16 +59,31 @@ class HFTokenizer(Tokenizer):
     def __init__(self, tokenizer: Any, name: str) -> None:
         self.tokenizer = tokenizer
         self.name = name
-        self.vocab = int(tokenizer.get_vocab_size(with_added_tokens=True))
         self.eos = next((i for t in _EOS_CANDIDATES if (i := tokenizer.token_to_id(t)) is not None), None)
+        self.full_vocab = int(tokenizer.get_vocab_size(with_added_tokens=True))
+        self.vocab = text_vocab(tokenizer, self.full_vocab, self.eos)
         self.fingerprint = "tok-" + hashlib.sha256(tokenizer.to_str().encode()).hexdigest()[:16]
+        if self.vocab < self.full_vocab:  # ids at and above `vocab` are dropped: other ids than before
+            self.fingerprint += f"-text{self.vocab}"
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
         out = []
         for enc in self.tokenizer.encode_batch(texts, add_special_tokens=False):
-            ids = enc.ids + ([self.eos] if self.eos is not None else [])
+            ids = enc.ids
+            if self.vocab < self.full_vocab and max(ids, default=0) >= self.vocab:
+                ids = [i for i in ids if i < self.vocab]
+            ids = ids + ([self.eos] if self.eos is not None else [])
             out.append(np.asarray(ids, dtype=self.dtype))
         return out
+
+
+def text_vocab(tokenizer: Any, full_vocab: int, eos: int | None) -> int:
+    """`full_vocab` less the trailing ids that are special added tokens (other than the EOS token)."""
+    special = {i for i, token in tokenizer.get_added_tokens_decoder().items() if token.special}
+    vocab = full_vocab
+    while vocab - 1 in special and vocab - 1 != eos:
+        vocab -= 1
+    return vocab
 
 
 def load_tokenizer(spec: str | None, *, field: str = "data.tokenizer") -> Tokenizer:
