@@ -246,14 +246,17 @@ DEFAULT_SPIKE_PATIENCE = ScaledPatience(fraction=0.02, min=50)
 
 
 def _patience_from_percent(value: object) -> object:
-    """`"2%"` -> `{fraction: 0.02}` (the default floor); anything else is validated as given."""
-    if isinstance(value, str) and value.strip().endswith("%"):
-        try:
-            percent = float(value.strip()[:-1])
-        except ValueError:
-            raise ValueError(f"spike_patience: {value!r} is not a percentage (e.g. '2%')") from None
-        return {"fraction": percent / 100.0}
-    return value
+    """`"2%"` -> `{fraction: 0.02}` (the default floor); a string of digits -> steps; anything else is
+    validated as given."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    try:
+        return {"fraction": float(text[:-1]) / 100.0} if text.endswith("%") else int(text)
+    except ValueError:
+        raise ValueError(
+            f"spike_patience must be steps (an integer), a share of the run ('2%') or {{fraction, min, max}}; got {value!r}"
+        ) from None
 
 
 class DivergenceConfig(StrictModel):

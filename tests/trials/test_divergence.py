@@ -110,6 +110,9 @@ def test_spike_patience_is_a_share_of_the_run_with_a_floor_and_a_cap() -> None:
     assert percent == ScaledPatience(fraction=0.005) and patience_steps(percent, 100_000) == 500
     with pytest.raises(ValueError, match="spike_patience"):
         DivergenceConfig.model_validate({"spike_patience": "lots%"})
+    with pytest.raises(ValueError, match="steps \\(an integer\\), a share of the run"):
+        DivergenceConfig.model_validate({"spike_patience": "abc"})
+    assert DivergenceConfig.model_validate({"spike_patience": "200"}).spike_patience == 200
     with pytest.raises(ValueError):
         DivergenceConfig.model_validate({"spike_patience": {"fraction": 0.01, "min": 100, "max": 10}})
     with pytest.raises(ValueError):
