@@ -102,7 +102,7 @@ class ImageAugmenter:
 
     def __init__(self, recipe: VisionRecipe, image_size: int, channels: int, mean: tuple[float, ...]) -> None:
         self.recipe, self.image_size, self.channels = recipe, image_size, channels
-        self.mean = tuple(mean) if len(mean) == 3 else (float(mean[0]),) * 3
+        self.mean = tuple(float(m) for m in mean)  # one value per channel: RandAugment fills with it
         self._transform: Any = None
 
     @property
@@ -131,7 +131,7 @@ class ImageAugmenter:
         transform = self.transform
         with seeded(seed):
             for i, image in enumerate(images):
-                pil = Image.fromarray(image[..., 0] if self.channels == 1 else image, mode="L" if self.channels == 1 else "RGB")
+                pil = Image.fromarray(image[..., 0] if self.channels == 1 else image)  # L or RGB
                 out[i] = transform(pil)
         return out
 

@@ -196,3 +196,11 @@ def test_randaugment_at_full_magnitude_posterizes_to_black_as_in_deit():
     op = timm.data.auto_augment.AugmentOp("PosterizeIncreasing", prob=1.0, magnitude=10)
     out = np.asarray(op(Image.fromarray(arrays().train_x[0])))
     assert out.shape == (16, 16, 3) and out.max() == 0
+
+
+def test_grey_images_go_through_every_randaugment_op():
+    """One channel: the fill colour of RandAugment's geometric ops must be one value, not three."""
+    grey = np.random.default_rng(1).integers(0, 256, (32, 16, 16, 1), dtype=np.uint8)
+    augmenter = ImageAugmenter(DEIT, 16, 1, (0.5,))
+    for step in range(10):  # 10 x 32 images x 2 ops of 15: every op, with near certainty
+        assert augmenter(grey, step).shape == (32, 1, 16, 16)
