@@ -24,6 +24,7 @@ COMMANDS = [
     "launch",
     "status",
     "optima",
+    "replay",
     "fit",
     "dashboard",
     "plots",

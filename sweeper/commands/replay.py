@@ -1,0 +1,161 @@
+"""`sweeper replay TABLE.csv --yaml SWEEP.yaml`: the sweep's LR policy replayed on recorded LR grids.
+
+How many runs a cell needs and how close to the exhaustive optimum it ends, measured on real
+loss landscapes (e.g. StepLaw's) with the very `decide` the driver runs. The logic lives in
+`sweeper.search.replay`; this module reads the arguments, builds each distinct LR policy of
+the sweep (top-level `lr`, then methods' overrides, then `--policy KEY=VALUE`), and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from typing import Any
+
+# `--shifts -3..3`: argparse reads an argument that starts with '-' as an option unless it looks
+# like a negative number; teach this command's parser that a negative range is a value.
+_NEGATIVE_VALUE = re.compile(r"^-\d+(\.\.-?\d+)?$|^-\d+(,-?\d+)+$|^-\d*\.\d+$")
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "replay",
+        help="replay recorded LR grids (e.g. StepLaw's) through a sweep's LR policy",
+        description=(
+            "Replay recorded learning-rate grids through the sweep's own LR policy (its bounds, caps and initial "
+            "grid; the driver's `decide`). Each group of the table starts at its recorded optimum shifted by k steps "
+            "of the table's grid ratio; a proposed LR reads the recorded loss at that LR (within --tolerance) or is "
+            "a failed point. Groups whose recorded optimum is at the edge of their grid are skipped. Reports, per "
+            "policy: points per replay, fraction bracketed, regret against the group's recorded best, and the "
+            "fraction within the near-optimal band."
+        ),
+    )
+    parser._negative_number_matcher = _NEGATIVE_VALUE  # type: ignore[attr-defined]
+    parser.add_argument("table", help="CSV of recorded runs: group columns, a learning rate and a final loss per row")
+    parser.add_argument("--yaml", required=True, metavar="SWEEP.yaml", help="the sweep whose LR policy is replayed")
+    parser.add_argument("--group", required=True, metavar="COLS",
+                        help="comma-separated columns that identify one LR grid (e.g. N,D,bs)")
+    parser.add_argument("--lr-column", default="lr", metavar="COL", help="learning-rate column (default: lr)")
+    parser.add_argument("--loss-column", default="loss", metavar="COL", help="final-loss column (default: loss)")
+    parser.add_argument("--shifts", default="-3..3", metavar="K",
+                        help="starting centres, in grid steps from each group's recorded optimum: a range A..B or a "
+                             "list (default: -3..3)")
+    parser.add_argument("--tolerance", type=float, default=0.01, metavar="REL",
+                        help="relative distance within which a proposed LR reads a recorded one (default: 0.01)")
+    parser.add_argument("--band", type=float, default=0.25, metavar="PERCENT",
+                        help="near-optimal band: regret at most this counts as found (default: 0.25, StepLaw's)")
+    parser.add_argument("--policy", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a key of the sweep's `lr` section for this replay (repeatable), "
+                             "e.g. --policy points=3 --policy refine=false")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from sweeper.errors import UserError
+    from sweeper.search.replay import load_table, parse_shifts, replay
+
+    try:
+        shifts = parse_shifts(args.shifts)
+    except ValueError as exc:
+        raise UserError(f"--shifts {args.shifts}: {exc}; write a range like -3..3 or a list like -2,0,2") from None
+    if not 0 < args.tolerance < 0.5:
+        raise UserError(f"--tolerance {args.tolerance:g}: must lie in (0, 0.5)")
+    if not args.band >= 0:
+        raise UserError(f"--band {args.band:g}: must be a percentage >= 0")
+    columns = [c.strip() for c in args.group.split(",") if c.strip()]
+    if not columns:
+        raise UserError("--group: name at least one column, e.g. --group N,D,bs")
+    policies = sweep_policies(args.yaml, args.policy)
+    table = load_table(args.table, columns, args.lr_column, args.loss_column, tolerance=args.tolerance)
+    results = []
+    for label, methods, section in policies:
+        summary = replay(table, section.to_policy(), shifts, tolerance=args.tolerance, band=args.band)
+        results.append({"policy": label, "methods": methods, "lr": section.model_dump(mode="json"),
+                        **summary.to_dict()})
+    head = results[0]
+    doc = {
+        "table": args.table, "yaml": args.yaml, "group_columns": columns, "rows": table.rows,
+        "grid_ratio": table.ratio, "shifts": shifts, "tolerance": args.tolerance,
+        **{k: v for k, v in head.items() if k != "by_shift"}, "by_shift": head["by_shift"], "policies": results,
+    }
+    if args.json:
+        print(json.dumps(doc, indent=2))
+        return 0
+    _print(doc)
+    return 0
+
+
+def sweep_policies(path: str, overrides: list[str]) -> list[tuple[str, list[str], Any]]:
+    """(label, methods, LRSection) per distinct LR policy of the sweep, overrides applied; the
+    top-level `lr` section first."""
+    from sweeper.errors import UserError
+    from sweeper.schema import LRSection, deep_merge, load_sweep, problems_from
+    from sweeper.search.replay import describe_policy
+    from sweeper.yamlio import YamlProblem, load_text
+
+    cfg = load_sweep(path).config
+    patch: dict[str, Any] = {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--policy {item}: write KEY=VALUE, e.g. --policy points=3")
+        try:
+            patch[key.strip()] = load_text(value.strip() or "null").data
+        except YamlProblem as exc:
+            raise UserError(f"--policy {item}: {exc.message}") from None
+
+    def section(raw: dict[str, Any]) -> LRSection:
+        from pydantic import ValidationError
+
+        try:
+            return LRSection.model_validate(deep_merge(raw, patch))
+        except ValidationError as exc:
+            lines = [f"--policy: {p.dotted()}: {p.message}" for p in problems_from(exc, LRSection)]
+            raise UserError(lines[0], details=lines[1:]) from None
+
+    top = section(cfg.lr.model_dump())
+    found: list[tuple[str, list[str], LRSection]] = []
+    for method in cfg.methods:
+        mine = section(cfg.lr_for(method).model_dump()) if method.lr else top
+        for _, names, existing in found:
+            if existing == mine:
+                names.append(method.name)
+                break
+        else:
+            found.append(("", [method.name], mine))
+    found.sort(key=lambda entry: entry[2] != top)  # the top-level policy first
+    return [(describe_policy(sec.to_policy()), names, sec) for _, names, sec in found]
+
+
+def _print(doc: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    from sweeper.display import make_console
+    from sweeper.table import fmt
+
+    console = make_console()
+    console.print(
+        f"{doc['table']}: {doc['rows']} runs, grid ratio ×{doc['grid_ratio']:.4g}, grouped by "
+        f"{', '.join(doc['group_columns'])}; shifts {doc['shifts'][0]}..{doc['shifts'][-1]} steps from each "
+        "group's recorded optimum", highlight=False)
+    table = Table(header_style="bold", title=f"LR policies of {doc['yaml']} replayed", title_justify="left")
+    for name in ("policy", "methods", "groups (skipped)", "replays", "points mean", "max", "bracketed",
+                 "regret mean %", "max %", f"within {doc['band']:g}%"):
+        table.add_column(name, justify="left" if name in ("policy", "methods") else "right")
+    for r in doc["policies"]:
+        table.add_row(
+            r["policy"], ", ".join(r["methods"]), f"{r['groups']} ({r['skipped_edge']})", str(r["replays"]),
+            f"{r['points_per_group_mean']:.2f}", str(r["points_per_group_max"]), f"{100 * r['bracketed_fraction']:.1f}%",
+            fmt(r["regret_mean"], ".3f"), fmt(r["regret_max"], ".3f"), f"{100 * r['within_band_fraction']:.1f}%",
+        )
+    console.print(table)
+    skipped = doc["policies"][0]["skipped_edge"]
+    if skipped:
+        console.print(f"{skipped} groups skipped: their recorded optimum is at the edge of their recorded grid",
+                      highlight=False, style="dim")
+    unrecorded = doc["policies"][0]["unrecorded_points"]
+    if unrecorded:
+        console.print(f"{unrecorded} proposed LRs were not in the table (counted as failed points)", highlight=False,
+                      style="dim")

@@ -1,0 +1,378 @@
+"""Replay recorded LR grids through a sweep's own LR policy: how many runs it needs, and what it finds.
+
+A *recorded table* holds final losses of real runs, several learning rates per group (for
+StepLaw: one group per (N, D, batch size), up to 12 LRs on a √2 grid). Each group's lowest
+loss is the exhaustive-search optimum. A *replay* starts a cell at a centre shifted by
+`k` grid steps (of the table's own ratio) from that optimum and lets `decide` (the same
+code the driver runs, with the sweep's bounds and caps) choose learning rates until the
+cell is done. A proposed LR reads the recorded loss of the recorded LR within a relative
+`tolerance`; an LR the table does not hold is a `failed` point (it costs a run and tells
+nothing). Every proposal of a round finishes before the next decision, as in the driver,
+whose decisions never depend on the order trials finish in.
+
+Groups whose recorded optimum is the lowest or highest recorded LR are skipped (and
+counted): nothing in the table says where their optimum is. Regret is the relative excess
+of the cell's best loss over the group's recorded best, in percent; StepLaw treats every
+run within 0.25% of the best as optimal (the near-optimal band).
+
+Pure logic (polars for the table; neither Ray nor torch).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from sweeper.bracketing import CellDecision, GridPoint, LRPolicy, canonical, decide, initial_grid
+from sweeper.errors import UserError
+
+DEFAULT_TOLERANCE = 0.01  # relative: recorded LRs are rounded to 4 significant digits; grid steps are ≥ 10%
+NEAR_OPTIMAL_BAND = 0.25  # percent (StepLaw, DeepSeek LLM)
+MAX_STEP_ERROR = 0.05  # a recorded LR may sit this fraction of a grid step off the lattice
+
+
+@dataclass(frozen=True)
+class RecordedGroup:
+    """One group's recorded learning rates (ascending) and final losses."""
+
+    key: tuple[Any, ...]
+    lrs: tuple[float, ...]
+    losses: tuple[float, ...]
+
+    @property
+    def best_index(self) -> int:
+        return min(range(len(self.lrs)), key=lambda i: (self.losses[i], self.lrs[i]))
+
+    @property
+    def best_lr(self) -> float:
+        return self.lrs[self.best_index]
+
+    @property
+    def best_loss(self) -> float:
+        return self.losses[self.best_index]
+
+    @property
+    def optimum_on_edge(self) -> bool:
+        """The recorded optimum is the lowest or highest recorded LR (or the group has fewer than 3)."""
+        return self.best_index in (0, len(self.lrs) - 1)
+
+    def loss_at(self, lr: float, tolerance: float = DEFAULT_TOLERANCE) -> float | None:
+        """The recorded loss at `lr` (within a relative tolerance), or None when none was recorded."""
+        best: tuple[float, float] | None = None
+        for recorded, loss in zip(self.lrs, self.losses):
+            gap = abs(math.log(lr / recorded))
+            if gap <= math.log1p(tolerance) and (best is None or gap < best[0]):
+                best = (gap, loss)
+        return None if best is None else best[1]
+
+
+@dataclass(frozen=True)
+class RecordedTable:
+    source: str
+    group_columns: tuple[str, ...]
+    groups: tuple[RecordedGroup, ...]
+    ratio: float  # the table's grid ratio (√2 for StepLaw)
+    rows: int
+
+
+@dataclass(frozen=True)
+class ReplayOutcome:
+    """One replay of one group from one starting shift."""
+
+    key: tuple[Any, ...]
+    shift: int
+    points: int  # every proposed LR, recorded or not (each would have cost a run)
+    unrecorded: int  # proposed LRs the table does not hold (failed points)
+    status: str
+    best_lr: float | None
+    best_loss: float | None
+    regret: float | None  # percent above the group's recorded best (None: no `ok` point)
+
+    def within(self, band: float) -> bool:
+        return self.regret is not None and self.regret <= band + 1e-9
+
+
+@dataclass(frozen=True)
+class ReplaySummary:
+    """The figures of one policy over every replay."""
+
+    groups: int
+    skipped_edge: int
+    replays: int
+    points_mean: float
+    points_max: int
+    bracketed_fraction: float
+    regret_mean: float | None
+    regret_max: float | None
+    within_band_fraction: float
+    no_result: int  # replays that ended without any `ok` point
+    unrecorded_points: int
+    band: float
+    by_shift: tuple[dict[str, Any], ...] = ()
+    outcomes: tuple[ReplayOutcome, ...] = field(default=(), repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "groups": self.groups, "skipped_edge": self.skipped_edge, "replays": self.replays,
+            "points_per_group_mean": self.points_mean, "points_per_group_max": self.points_max,
+            "bracketed_fraction": self.bracketed_fraction, "regret_mean": self.regret_mean,
+            "regret_max": self.regret_max, "within_band_fraction": self.within_band_fraction, "band": self.band,
+            "no_result": self.no_result, "unrecorded_points": self.unrecorded_points,
+            "by_shift": list(self.by_shift),
+        }
+
+
+# -- the table ----------------------------------------------------------------------------------------
+
+
+def load_table(
+    path: str | Path,
+    group_columns: Sequence[str],
+    lr_column: str = "lr",
+    loss_column: str = "loss",
+    *,
+    tolerance: float = DEFAULT_TOLERANCE,
+) -> RecordedTable:
+    """Read and check a recorded table (CSV). Raises UserError with one line per problem."""
+    label = str(path)
+    try:
+        frame = pl.read_csv(path, infer_schema_length=None)
+    except FileNotFoundError:
+        raise UserError(f"{label}: no such file") from None
+    except (pl.exceptions.PolarsError, OSError, UnicodeDecodeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"{label}: not a readable CSV table ({first})") from None
+    return table_from_frame(frame, group_columns, lr_column, loss_column, source=label, tolerance=tolerance)
+
+
+def table_from_frame(
+    frame: pl.DataFrame,
+    group_columns: Sequence[str],
+    lr_column: str = "lr",
+    loss_column: str = "loss",
+    *,
+    source: str = "table",
+    tolerance: float = DEFAULT_TOLERANCE,
+) -> RecordedTable:
+    """Check a recorded table and split it into groups (see `load_table`)."""
+    wanted = [*group_columns, lr_column, loss_column]
+    missing = [c for c in dict.fromkeys(wanted) if c not in frame.columns]
+    if missing:
+        have = ", ".join(frame.columns[:20]) + (", ..." if len(frame.columns) > 20 else "")
+        raise UserError(f"{source}: missing column{'s' if len(missing) > 1 else ''} "
+                        f"{', '.join(missing)} (the table has: {have})")
+    if not group_columns:
+        raise UserError(f"{source}: name at least one group column (--group)")
+    if frame.height == 0:
+        raise UserError(f"{source}: the table has no rows")
+    problems: list[str] = []
+    lr = _numeric(frame, lr_column, source, problems)
+    loss = _numeric(frame, loss_column, source, problems)
+    if lr is not None:
+        bad = [i for i, v in enumerate(lr) if v is None or not math.isfinite(v) or v <= 0]
+        if bad:
+            problems.append(f"{source}: column {lr_column}: {len(bad)} row{'s' if len(bad) > 1 else ''} with a missing, "
+                            f"non-finite or non-positive learning rate (first: data row {bad[0] + 1}, value "
+                            f"{_show(lr[bad[0]])}); learning rates must be positive")
+    if loss is not None:
+        bad = [i for i, v in enumerate(loss) if v is None or not math.isfinite(v)]
+        if bad:
+            problems.append(f"{source}: column {loss_column}: {len(bad)} row{'s' if len(bad) > 1 else ''} with a "
+                            f"missing, NaN or infinite loss (first: data row {bad[0] + 1}, value {_show(loss[bad[0]])}); "
+                            "drop those runs or record a finite loss")
+    if problems:
+        if len(problems) == 1:
+            raise UserError(problems[0])
+        raise UserError(f"{source}: {len(problems)} problems", details=problems)
+    assert lr is not None and loss is not None
+    keys = frame.select(list(group_columns)).rows()
+    by_key: dict[tuple[Any, ...], list[tuple[float, float, int]]] = {}
+    for i, key in enumerate(keys):
+        by_key.setdefault(tuple(key), []).append((float(lr[i]), float(loss[i]), i))  # type: ignore[arg-type]
+    groups = []
+    for key, rows in by_key.items():
+        rows.sort()
+        for (a, _, i), (b, _, j) in zip(rows, rows[1:]):
+            if math.log(b / a) <= math.log1p(tolerance):
+                raise UserError(_duplicate_message(frame, source, group_columns, key, lr_column, a, b, i, j))
+        groups.append(RecordedGroup(key, tuple(r[0] for r in rows), tuple(r[1] for r in rows)))
+    ratio = grid_ratio(groups, source=source)
+    return RecordedTable(source, tuple(group_columns), tuple(groups), ratio, frame.height)
+
+
+def _numeric(frame: pl.DataFrame, column: str, source: str, problems: list[str]) -> list[float | None] | None:
+    series = frame[column]
+    if series.dtype.is_numeric():
+        return [None if v is None else float(v) for v in series.to_list()]
+    cast = series.cast(pl.Float64, strict=False)
+    bad = [i for i, (raw, v) in enumerate(zip(series.to_list(), cast.to_list())) if raw is not None and v is None]
+    if bad:
+        problems.append(f"{source}: column {column}: {len(bad)} row{'s' if len(bad) > 1 else ''} not a number "
+                        f"(first: data row {bad[0] + 1}, value {series[bad[0]]!r})")
+        return None
+    return [None if v is None else float(v) for v in cast.to_list()]
+
+
+def _show(value: float | None) -> str:
+    return "empty" if value is None else f"{value:g}"
+
+
+def _duplicate_message(frame: pl.DataFrame, source: str, group_columns: Sequence[str], key: tuple[Any, ...],
+                       lr_column: str, a: float, b: float, i: int, j: int) -> str:
+    named = ", ".join(f"{c}={v}" for c, v in zip(group_columns, key))
+    same = f"lr {a:g}" if a == b else f"lr {a:g} and {b:g}"
+    i, j = sorted((i, j))
+    return (f"{source}: group {named} holds two runs at {same} (data rows {i + 1} and {j + 1}): the --group columns "
+            f"must identify one run per learning rate{_separating_hint(frame, group_columns, lr_column)}")
+
+
+def _separating_hint(frame: pl.DataFrame, group_columns: Sequence[str], lr_column: str) -> str:
+    """Columns that, added to --group, leave one run per (group, lr): fewest distinct values first."""
+    keys = [*group_columns, lr_column]
+    found = []
+    for column in frame.columns:
+        if column in keys:
+            continue
+        if frame.select([*keys, column]).n_unique() == frame.height:
+            found.append((frame[column].n_unique(), column))
+    if not found:
+        return ""
+    named = ", ".join(c for _, c in sorted(found)[:5])
+    return f" (adding one of these columns to --group would: {named})"
+
+
+def grid_ratio(groups: Iterable[RecordedGroup], *, source: str = "table") -> float:
+    """The ratio of the table's geometric LR grid: every step between neighbouring recorded LRs
+    of a group is an integer power of it. Raises UserError when the LRs are not on such a grid."""
+    steps = [math.log(b / a) for g in groups for a, b in zip(g.lrs, g.lrs[1:])]
+    if not steps:
+        raise UserError(f"{source}: no group holds two learning rates: nothing to replay")
+    smallest = min(steps)
+    base = statistics.median(s for s in steps if s < 1.5 * smallest)  # robust to rounded LRs
+    multiples = [s / base for s in steps]
+    worst = max(multiples, key=lambda m: abs(m - round(m)))
+    if abs(worst - round(worst)) > MAX_STEP_ERROR:
+        raise UserError(
+            f"{source}: the learning rates are not on a geometric grid: a step of ×{math.exp(worst * base):.4g} "
+            f"is not a whole power of the smallest step ×{math.exp(base):.4g}")
+    whole = [round(m) for m in multiples]
+    return math.exp(sum(steps) / sum(whole))  # the least-squares ratio through every step
+
+
+# -- replaying ----------------------------------------------------------------------------------------
+
+
+def start_grid(policy: LRPolicy, centre: float) -> list[float]:
+    """The first grid of a cell centred on `centre`, by the policy's own initial-grid logic.
+
+    An explicit `grid` is moved as a whole so that its geometric centre sits on `centre`.
+    """
+    if policy.grid is None:
+        return initial_grid(policy, center=centre)
+    logs = [math.log(lr) for lr in policy.grid]
+    move = centre / math.exp((min(logs) + max(logs)) / 2)
+    moved = LRPolicy(**{**policy.__dict__, "grid": tuple(lr * move for lr in policy.grid)})
+    return initial_grid(moved)
+
+
+def replay_group(
+    group: RecordedGroup,
+    policy: LRPolicy,
+    centre: float,
+    *,
+    shift: int = 0,
+    tolerance: float = DEFAULT_TOLERANCE,
+) -> ReplayOutcome:
+    """Run one cell on a recorded group, starting from a grid around `centre`."""
+    points: list[GridPoint] = []
+    grid = start_grid(policy, centre)
+    decision: CellDecision | None = None
+    for _ in range(policy.max_points + 1):
+        decision = decide(points, policy, initial=grid if not points else None)
+        if decision.done or not decision.next_lrs:
+            break
+        for lr in decision.next_lrs:
+            loss = group.loss_at(lr, tolerance)
+            points.append(GridPoint(lr, "failed") if loss is None else GridPoint(lr, "ok", loss))
+    assert decision is not None and decision.done, f"the cell did not finish: {decision}"
+    best = decision.best
+    regret = None
+    if best is not None and best.objective is not None:
+        regret = 100.0 * (best.objective - group.best_loss) / abs(group.best_loss)
+    return ReplayOutcome(
+        key=group.key, shift=shift, points=len(points), unrecorded=sum(p.state == "failed" for p in points),
+        status=decision.status, best_lr=best.lr if best else None, best_loss=best.objective if best else None,
+        regret=regret,
+    )
+
+
+def replay(
+    table: RecordedTable,
+    policy: LRPolicy,
+    shifts: Sequence[int],
+    *,
+    tolerance: float = DEFAULT_TOLERANCE,
+    band: float = NEAR_OPTIMAL_BAND,
+) -> ReplaySummary:
+    """Replay every group whose recorded optimum is interior, once per starting shift."""
+    usable = [g for g in table.groups if not g.optimum_on_edge]
+    outcomes = [
+        replay_group(g, policy, canonical(g.best_lr * table.ratio**k), shift=k, tolerance=tolerance)
+        for g in usable for k in shifts
+    ]
+    return summarise(outcomes, groups=len(usable), skipped_edge=len(table.groups) - len(usable), band=band)
+
+
+def summarise(outcomes: Sequence[ReplayOutcome], *, groups: int, skipped_edge: int,
+              band: float = NEAR_OPTIMAL_BAND) -> ReplaySummary:
+    n = len(outcomes)
+    regrets = [o.regret for o in outcomes if o.regret is not None]
+    by_shift = []
+    for k in sorted({o.shift for o in outcomes}):
+        mine = [o for o in outcomes if o.shift == k]
+        by_shift.append({
+            "shift": k, "replays": len(mine), "points_mean": sum(o.points for o in mine) / len(mine),
+            "within_band_fraction": sum(o.within(band) for o in mine) / len(mine),
+        })
+    return ReplaySummary(
+        groups=groups, skipped_edge=skipped_edge, replays=n,
+        points_mean=sum(o.points for o in outcomes) / n if n else 0.0,
+        points_max=max((o.points for o in outcomes), default=0),
+        bracketed_fraction=sum(o.status == "bracketed" for o in outcomes) / n if n else 0.0,
+        regret_mean=sum(regrets) / len(regrets) if regrets else None,
+        regret_max=max(regrets) if regrets else None,
+        within_band_fraction=sum(o.within(band) for o in outcomes) / n if n else 0.0,
+        no_result=n - len(regrets), unrecorded_points=sum(o.unrecorded for o in outcomes), band=band,
+        by_shift=tuple(by_shift), outcomes=tuple(outcomes),
+    )
+
+
+def parse_shifts(text: str) -> list[int]:
+    """`-3..3` (a range, both ends included) or `-2,0,2` (a list); ValueError otherwise."""
+    text = text.strip()
+    if ".." in text:
+        a, _, b = text.partition("..")
+        lo, hi = int(a), int(b)
+        if lo > hi:
+            raise ValueError(f"empty range {text!r} (write the lower end first)")
+        return list(range(lo, hi + 1))
+    values = [int(part) for part in text.split(",") if part.strip()]
+    if not values:
+        raise ValueError("no shifts given")
+    return sorted(set(values))
+
+
+def describe_policy(policy: LRPolicy) -> str:
+    """A short label: 'factor 2, 5 points, refine, cap 10'."""
+    grid = f"grid of {len(policy.grid)}" if policy.grid is not None else f"{policy.points} points"
+    parts = [f"factor {policy.factor:g}", grid, "refine" if policy.refine else "no refine"]
+    if policy.extend_by != 1:
+        parts.append(f"extend by {policy.extend_by}")
+    parts.append(f"cap {policy.max_points}")
+    return ", ".join(parts)
