@@ -19,7 +19,23 @@ them, and an eager extension decided on a partial grid explored other learning r
 (tests/reliability). When every finished point diverged, go lower. Once
 bracketed, optionally refine with the two half-steps around the best point (this stops
 by itself: after one refinement the neighbours are half a step away). A bound or the
-trial cap that prevents the next step ends the cell as `edge`. Every proposed learning
+trial cap that prevents the next step ends the cell as `edge`.
+
+Options that need fewer runs (measured by `sweeper replay` on StepLaw's recorded grids;
+each keeps the rules above: a cell is `bracketed` only with a finished neighbour on each
+side, and proposals are still a function of the finished results):
+- `refine="vertex"`: refine with one half step, toward the vertex of the parabola through
+  the best point and its neighbours, and only when the vertex lies at least `vertex_offset`
+  half steps from the best point (0.5: nearer the half step than the best point). Without a
+  parabola (a diverged neighbour, or not convex) both half steps are tried, as `refine=True`.
+- `refine_min_gain`: no refinement when the parabola promises less than this fraction of
+  the best objective (set it near the seed-to-seed noise).
+- `vertex_first`: when the best point sits at the open end of the grid but the parabola
+  through it and its two inner neighbours has its vertex inside, at least `vertex_offset`
+  half steps away, try that inner half step before extending: if it is the new best, it
+  is bracketed already.
+- `failed_neighbour="half_step"`: when the next grid step beyond the best point failed
+  (a crash: no information), try the half step between them before walking past it. Every proposed learning
 rate is rounded to 6 significant digits, the precision of point ids, so "never propose
 an LR twice" is an exact comparison.
 """
@@ -66,9 +82,13 @@ class LRPolicy:
     points: int = 5
     factor: float = 2.0
     grid: tuple[float, ...] | None = None
-    refine: bool = True
+    refine: bool | Literal["vertex"] = True  # True: both half steps; "vertex": see the module docstring
     extend_by: int = 1
     max_points: int = 12
+    vertex_offset: float = 0.5  # half steps between the best point and the vertex for a vertex probe
+    refine_min_gain: float = 0.0
+    vertex_first: bool = False
+    failed_neighbour: Literal["skip", "half_step"] = "skip"
 
     def __post_init__(self) -> None:
         if not 0 < self.lo < self.hi:
@@ -77,6 +97,19 @@ class LRPolicy:
             raise ValueError(f"factor must be > 1 (got {self.factor})")
         if self.points < 1 or self.max_points < 1 or self.extend_by < 1:
             raise ValueError("points, max_points and extend_by must be at least 1")
+        if self.refine not in (True, False, "vertex"):
+            raise ValueError(f"refine must be true, false or 'vertex' (got {self.refine!r})")
+        if not 0 <= self.vertex_offset < 2:
+            raise ValueError(f"vertex_offset must lie in [0, 2) half steps (got {self.vertex_offset})")
+        if not 0 <= self.refine_min_gain < 1:
+            raise ValueError(f"refine_min_gain must lie in [0, 1) (got {self.refine_min_gain})")
+        if self.failed_neighbour not in ("skip", "half_step"):
+            raise ValueError(f"failed_neighbour must be 'skip' or 'half_step' (got {self.failed_neighbour!r})")
+
+    @property
+    def half_step(self) -> float:
+        """The ratio of a refinement step: half the grid step in log LR."""
+        return math.sqrt(self.factor)
 
 
 @dataclass(frozen=True)
@@ -148,8 +181,14 @@ def interpolate_optimum(points: Sequence[GridPoint]) -> tuple[float, float] | No
     left, right = finished[i - 1], finished[i + 1]
     if not (left.is_ok and right.is_ok):
         return None
-    x = [math.log(p.lr) for p in (left, best, right)]
-    y = [float(p.objective) for p in (left, best, right)]  # type: ignore[arg-type]
+    return parabola_vertex(left, best, right)
+
+
+def parabola_vertex(*three: GridPoint) -> tuple[float, float] | None:
+    """The (LR, objective) minimum of the parabola in (log LR, objective) through three `ok`
+    points in increasing LR, or None when they are not convex."""
+    x = [math.log(p.lr) for p in three]
+    y = [float(p.objective) for p in three]  # type: ignore[arg-type]
     # Second divided difference = the parabola's leading coefficient.
     d1 = (y[1] - y[0]) / (x[1] - x[0])
     d2 = (y[2] - y[1]) / (x[2] - x[1])
@@ -206,7 +245,8 @@ def decide(points: Sequence[GridPoint], policy: LRPolicy, *, initial: Sequence[f
         if neighbour is not None:
             continue
         room = min(budget - len(proposals), policy.extend_by)
-        step = _walk(best.lr, direction, policy, tried, room)
+        step = _probe(best, i, direction, points, informative, policy, tried) if room > 0 else []
+        step = step or _walk(best.lr, direction, policy, tried, room)
         if step:
             proposals += step
         else:
@@ -222,9 +262,17 @@ def decide(points: Sequence[GridPoint], policy: LRPolicy, *, initial: Sequence[f
 
     # Bracketed, nothing active.
     if policy.refine and budget > 0:
-        half = math.sqrt(policy.factor)
+        half = policy.half_step
+        sides: tuple[tuple[int, GridPoint | None], ...] = ((-1, left), (+1, right))
+        if interp is not None:
+            assert best.objective is not None and interp_obj is not None
+            if best.objective - interp_obj < policy.refine_min_gain * abs(best.objective):
+                sides = ()  # the parabola promises less than is worth a run
+            elif policy.refine == "vertex":
+                offset = math.log(interp[0] / best.lr) / math.log(half)  # in half steps, signed
+                sides = tuple(side for side in sides if side[0] * offset >= policy.vertex_offset)
         refine = []
-        for direction, neighbour in ((-1, left), (+1, right)):
+        for direction, neighbour in sides:
             assert neighbour is not None
             candidate = canonical(best.lr * half**direction)
             gap = abs(math.log(neighbour.lr / best.lr))
@@ -254,3 +302,29 @@ def _walk(start: float, direction: int, policy: LRPolicy, tried: set[float], cou
         if j > 10_000:
             break
     return out
+
+
+def _probe(best: GridPoint, i: int, direction: int, points: Sequence[GridPoint], informative: list[GridPoint],
+           policy: LRPolicy, tried: set[float]) -> list[float]:
+    """A half step to try before extending past the best point in `direction` (which has no
+    finished neighbour there): next to a failed step (`failed_neighbour`), or back inside
+    toward the parabola's vertex (`vertex_first`). Empty: extend as usual."""
+    half = policy.half_step
+    if policy.failed_neighbour == "half_step":
+        reach = math.log(policy.factor) * 1.01
+        if any(p.state == "failed" and 0 < direction * math.log(p.lr / best.lr) <= reach for p in points):
+            candidate = canonical(best.lr * half**direction)
+            if candidate not in tried and _inside(candidate, policy):
+                return [candidate]
+    if policy.vertex_first:
+        inner = informative[i - 2:i] if direction > 0 else informative[i + 1:i + 3]
+        if len(inner) == 2 and all(p.is_ok for p in inner):
+            vertex = parabola_vertex(*inner, best) if direction > 0 else parabola_vertex(best, *inner)
+            near = inner[-1] if direction > 0 else inner[0]
+            candidate = canonical(best.lr * half ** (-direction))
+            if (vertex is not None
+                    and -direction * math.log(vertex[0] / best.lr) / math.log(half) >= policy.vertex_offset
+                    and abs(math.log(near.lr / best.lr)) > math.log(half) * 1.01
+                    and candidate not in tried and _inside(candidate, policy)):
+                return [candidate]
+    return []

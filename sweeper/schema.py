@@ -83,6 +83,20 @@ IntOrAuto = Annotated[
 ]
 
 
+def _refine_mode(value: Any) -> bool | str:
+    if isinstance(value, bool) or value == "vertex":
+        return value
+    raise PydanticCustomError("refine_mode", "expected true, false or 'vertex'")
+
+
+RefineMode = Annotated[
+    Union[bool, Literal["vertex"]],
+    PlainValidator(_refine_mode),
+    PlainSerializer(lambda v: v),
+    WithJsonSchema({"anyOf": [{"type": "boolean"}, {"const": "vertex"}]}),
+]
+
+
 def _literal(text: str) -> str:
     """A finished message for PydanticCustomError (which substitutes only keys of a context we never give)."""
     return text
@@ -107,7 +121,44 @@ class LRSection(Strict):
         None, description="ratio of the initial grid's highest to lowest LR (sets `points` from `factor`)"
     )
     grid: list[PositiveFloat] | None = Field(None, description="an explicit initial grid instead of center/points")
-    refine: bool = Field(True, description="after bracketing, try the two half-steps around the best point")
+    refine: RefineMode = Field(
+        True,
+        description=(
+            "after bracketing: true tries the two half steps around the best point; vertex tries one, toward the "
+            "vertex of the parabola through the best point and its neighbours, and only when that vertex lies at "
+            "least `vertex_offset` half steps away (both half steps when there is no parabola: a diverged "
+            "neighbour); false refines nothing"
+        ),
+    )
+    vertex_offset: Annotated[float, Field(ge=0, lt=2, allow_inf_nan=False)] = Field(
+        0.5,
+        description=(
+            "how far, in half steps, the parabola's vertex must lie from the best point for `refine: vertex` and "
+            "`vertex_first` to try the half step toward it (0.5: the vertex is nearer that half step than the best)"
+        ),
+    )
+    refine_min_gain: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = Field(
+        0.0,
+        description=(
+            "skip refinement when the parabola promises an objective less than this fraction below the best "
+            "point's (e.g. 0.001 = 0.1%; set it near the seed-to-seed noise); 0 never skips"
+        ),
+    )
+    vertex_first: bool = Field(
+        False,
+        description=(
+            "when the best point is at the open end of the grid but the parabola through it and its two inner "
+            "neighbours puts the optimum inside (`vertex_offset` half steps or more), try that inner half step "
+            "before extending; if it becomes the best it is bracketed already"
+        ),
+    )
+    failed_neighbour: Literal["skip", "half_step"] = Field(
+        "skip",
+        description=(
+            "when the next grid step beyond the best point failed (a crash: no information): skip walks past it "
+            "to the step after; half_step first tries the half step between the best point and it"
+        ),
+    )
     extend_by: Annotated[int, Field(ge=1, le=8)] = Field(1, description="points added per extension step")
     max_points: Annotated[int, Field(ge=1, le=1000)] = Field(12, description="trial cap per cell")
     prior: Literal["fixed", "extrapolate"] = Field(
@@ -130,7 +181,9 @@ class LRSection(Strict):
         return LRPolicy(
             lo=self.bounds[0], hi=self.bounds[1], center=self.center, points=self.initial_points, factor=self.factor,
             grid=tuple(self.grid) if self.grid is not None else None, refine=self.refine,
-            extend_by=self.extend_by, max_points=self.max_points,
+            extend_by=self.extend_by, max_points=self.max_points, vertex_offset=self.vertex_offset,
+            refine_min_gain=self.refine_min_gain, vertex_first=self.vertex_first,
+            failed_neighbour=self.failed_neighbour,
         )
 
     @field_validator("bounds")

@@ -369,9 +369,18 @@ def parse_shifts(text: str) -> list[int]:
 
 
 def describe_policy(policy: LRPolicy) -> str:
-    """A short label: 'factor 2, 5 points, refine, cap 10'."""
+    """A short label: 'factor 2, 3 points, refine toward vertex, vertex first, half step past failures, cap 10'."""
     grid = f"grid of {len(policy.grid)}" if policy.grid is not None else f"{policy.points} points"
-    parts = [f"factor {policy.factor:g}", grid, "refine" if policy.refine else "no refine"]
+    refine = {True: "refine", False: "no refine", "vertex": "refine toward vertex"}[policy.refine]
+    parts = [f"factor {policy.factor:g}", grid, refine]
+    if policy.refine_min_gain:
+        parts.append(f"min gain {policy.refine_min_gain:g}")
+    if policy.vertex_first:
+        parts.append("vertex first")
+    if (policy.refine == "vertex" or policy.vertex_first) and policy.vertex_offset != 0.5:
+        parts.append(f"vertex offset {policy.vertex_offset:g}")
+    if policy.failed_neighbour != "skip":
+        parts.append("half step past failures")
     if policy.extend_by != 1:
         parts.append(f"extend by {policy.extend_by}")
     parts.append(f"cap {policy.max_points}")
