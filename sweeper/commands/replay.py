@@ -151,6 +151,8 @@ def _print(doc: dict[str, Any]) -> None:
             fmt(r["regret_mean"], ".3f"), fmt(r["regret_max"], ".3f"), f"{100 * r['within_band_fraction']:.1f}%",
         )
     console.print(table)
+    console.print(f"exhaustive search: {doc['policies'][0]['exhaustive_points_mean']:.2f} recorded LRs per replayed "
+                  "group", highlight=False, style="dim")
     skipped = doc["policies"][0]["skipped_edge"]
     if skipped:
         console.print(f"{skipped} groups skipped: their recorded optimum is at the edge of their recorded grid",

@@ -114,6 +114,7 @@ class ReplaySummary:
     no_result: int  # replays that ended without any `ok` point
     unrecorded_points: int
     band: float
+    exhaustive_points_mean: float  # recorded LRs per replayed group: what exhaustive search cost
     by_shift: tuple[dict[str, Any], ...] = ()
     outcomes: tuple[ReplayOutcome, ...] = field(default=(), repr=False)
 
@@ -124,6 +125,7 @@ class ReplaySummary:
             "bracketed_fraction": self.bracketed_fraction, "regret_mean": self.regret_mean,
             "regret_max": self.regret_max, "within_band_fraction": self.within_band_fraction, "band": self.band,
             "no_result": self.no_result, "unrecorded_points": self.unrecorded_points,
+            "exhaustive_points_mean": self.exhaustive_points_mean,
             "by_shift": list(self.by_shift),
         }
 
@@ -326,11 +328,13 @@ def replay(
         replay_group(g, policy, canonical(g.best_lr * table.ratio**k), shift=k, tolerance=tolerance)
         for g in usable for k in shifts
     ]
-    return summarise(outcomes, groups=len(usable), skipped_edge=len(table.groups) - len(usable), band=band)
+    exhaustive = sum(len(g.lrs) for g in usable) / len(usable) if usable else 0.0
+    return summarise(outcomes, groups=len(usable), skipped_edge=len(table.groups) - len(usable), band=band,
+                     exhaustive_points_mean=exhaustive)
 
 
 def summarise(outcomes: Sequence[ReplayOutcome], *, groups: int, skipped_edge: int,
-              band: float = NEAR_OPTIMAL_BAND) -> ReplaySummary:
+              band: float = NEAR_OPTIMAL_BAND, exhaustive_points_mean: float = 0.0) -> ReplaySummary:
     n = len(outcomes)
     regrets = [o.regret for o in outcomes if o.regret is not None]
     by_shift = []
@@ -349,6 +353,7 @@ def summarise(outcomes: Sequence[ReplayOutcome], *, groups: int, skipped_edge: i
         regret_max=max(regrets) if regrets else None,
         within_band_fraction=sum(o.within(band) for o in outcomes) / n if n else 0.0,
         no_result=n - len(regrets), unrecorded_points=sum(o.unrecorded for o in outcomes), band=band,
+        exhaustive_points_mean=exhaustive_points_mean,
         by_shift=tuple(by_shift), outcomes=tuple(outcomes),
     )
 
