@@ -166,6 +166,15 @@ def prior_grid(policy: LRPolicy, lr: float, lo: float, hi: float) -> list[float]
     return sorted({canonical(x) for x in lrs if _inside(x, policy)})
 
 
+def predicted_grid(policy: LRPolicy, lr: float, lo: float | None, hi: float | None) -> list[float]:
+    """The first grid of a cell from a predicted optimum `lr` (clamped into the bounds): spanning
+    its interval [lo, hi] (`prior_grid`), or the policy's own grid re-centred when there is none."""
+    centre = min(max(lr, policy.lo), policy.hi)
+    if lo is None or hi is None:
+        return initial_grid(policy, center=centre)
+    return prior_grid(policy, centre, lo, hi)
+
+
 def interpolate_optimum(points: Sequence[GridPoint]) -> tuple[float, float] | None:
     """The minimum of the parabola in (log LR, objective) through the best point and its
     two neighbours, or None when either neighbour is missing or not `ok`, or the three

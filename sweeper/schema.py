@@ -165,7 +165,8 @@ class LRSection(Strict):
         "fixed",
         description=(
             "extrapolate: a size with at least two smaller sizes waits for them (or for three of them), then "
-            "starts on a grid centred on their LR power law, narrowed to its 95% interval"
+            "starts on a grid centred on their LR power law, spanning the 95% prediction interval of its optimum "
+            "(the law's uncertainty plus the scatter of optima about it; at least 3 and at most `points` points)"
         ),
     )
 

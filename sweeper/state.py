@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sweeper.bracketing import ACTIVE_STATES, CellDecision, GridPoint, decide, initial_grid, prior_grid
+from sweeper.bracketing import ACTIVE_STATES, CellDecision, GridPoint, decide, initial_grid, predicted_grid
 from sweeper.ledger import Ledger, LedgerPoint
 from sweeper.planner import Cell, Plan, auto_stack
 
@@ -273,13 +273,10 @@ class SweepState:
             return initial_grid(cell.policy)
         if pred is None or not (math.isfinite(pred.lr) and pred.lr > 0):
             return initial_grid(cell.policy)
-        centre = min(max(pred.lr, cell.policy.lo), cell.policy.hi)
-        if pred.lo is None or pred.hi is None:  # no interval (two sizes): the YAML's grid size, re-centred
-            grid = initial_grid(cell.policy, center=centre)
-            span = "no interval"
-        else:
-            grid = prior_grid(cell.policy, centre, pred.lo, pred.hi)
-            span = f"[{pred.lo:.3g}, {pred.hi:.3g}]"
+        # Without an interval (two sizes) the YAML's grid size, re-centred; else spanning the
+        # 95% prediction interval of this size's optimum.
+        grid = predicted_grid(cell.policy, pred.lr, pred.lo, pred.hi)
+        span = "no interval" if pred.lo is None or pred.hi is None else f"[{pred.lo:.3g}, {pred.hi:.3g}] (95% prediction)"
         self.messages.append(
             f"{cell.cell_id}: prior LR {pred.lr:.3g} {span} from {len(known)} smaller sizes: "
             f"grid {', '.join(f'{x:.3g}' for x in grid)}"

@@ -5,6 +5,11 @@ irreducible term), and the optimal-LR law (`sweeper.fits.lrlaw`). Intervals come
 small-sample-calibrated residual bootstrap (`sweeper.fits.estimate.small_sample_factor`),
 which for this linear model reproduces the exact t interval under Gaussian scatter. With two
 distinct x the line passes through both points: no scatter to estimate, so no interval.
+
+Two intervals: the *confidence* interval bounds the fitted line (where the law is); the
+*prediction* interval bounds one new observation at x (the line's uncertainty plus the
+scatter of points about it: each bootstrap line plus one resampled, calibrated residual).
+A grid for a new size must cover where that size's optimum will be: a prediction interval.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ class PowerLawFit:
     _intercept: float = math.nan  # in log(x / x_ref)
     _slope: float = math.nan
     _draws: tuple[np.ndarray, np.ndarray] | None = None
+    _noise: np.ndarray | None = None  # calibrated residuals (log space), for prediction intervals
 
     @property
     def n_points(self) -> int:
@@ -42,8 +48,11 @@ class PowerLawFit:
     def trustworthy(self) -> bool:
         return self.status == "ok" and not self.warnings
 
-    def predict(self, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-        """Predicted y at xs with its 95% band (None without an interval)."""
+    def predict(
+        self, xs: np.ndarray, *, interval: Literal["confidence", "prediction"] = "confidence", seed: int = 0
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """Predicted y at xs with its 95% band (None without an interval): the line's confidence
+        band, or the prediction interval of one new observation (`seed` draws its residuals)."""
         xs = np.asarray(xs, dtype=float)
         if self.status == "insufficient":
             return np.full(xs.shape, np.nan), None, None
@@ -53,7 +62,12 @@ class PowerLawFit:
             if self._draws is None:
                 return pred, None, None
             b0, b1 = self._draws
-            lo, hi = percentile_interval(b0[:, None] + b1[:, None] * u[None, :], axis=0)
+            lines = b0[:, None] + b1[:, None] * u[None, :]
+            if interval == "prediction":
+                if self._noise is None:
+                    return pred, None, None
+                lines = lines + np.random.default_rng(seed).choice(self._noise, size=lines.shape)
+            lo, hi = percentile_interval(lines, axis=0)
             return pred, np.exp(lo), np.exp(hi)
 
     def extrapolation_warnings(self, targets: np.ndarray, note: str = "") -> list[str]:
@@ -122,6 +136,7 @@ def fit_power_law(
         v_star = (b0 + b1 * u)[None, :] + adjusted[rng.integers(0, u.size, size=(resamples, u.size))]
         d0, d1 = line(np.broadcast_to(u, v_star.shape), v_star)
         fit._draws = (d0, d1)
+        fit._noise = adjusted
         with np.errstate(over="ignore"):
             fit.coef = estimate(coef, np.exp(d0 - d1 * math.log(x_ref)))
         fit.exponent = estimate(b1, d1)

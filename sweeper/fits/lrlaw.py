@@ -7,13 +7,17 @@ line passes through both points and there is no interval.
 `predict_optimal_lr` is the planner's entry point for `prior: extrapolate`: it returns None
 with fewer than two distinct sizes (the caller keeps the YAML's grid centre), and a
 prediction whose `lo`/`hi` are None with two sizes (centre the grid there, but do not
-narrow it: nothing bounds the error).
+narrow it: nothing bounds the error). Its interval is a *prediction* interval: where the new
+size's own optimum will lie (the law's uncertainty plus the scatter of optima about it), not
+where the law lies; a grid narrowed to the law's confidence interval misses the optimum
+whenever that size sits as far off the line as the fitted sizes do.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -30,7 +34,8 @@ EXTRAPOLATION_NOTE = (": straight-line LR laws have under-predicted by more than
 
 @dataclass(frozen=True)
 class LRPrediction:
-    """A predicted optimal LR and its 95% interval (None when it cannot be estimated)."""
+    """A predicted optimal LR and the 95% prediction interval of that size's optimum (None when it
+    cannot be estimated)."""
 
     lr: float
     lo: float | None
@@ -75,19 +80,23 @@ def predict_optimal_lr(
     *,
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = 0,
+    interval: Literal["prediction", "confidence"] = "prediction",
 ) -> LRPrediction | None:
-    """The optimal LR at `target` from the power law through (sizes, lrs), with a 95% interval.
+    """The optimal LR at `target` from the power law through (sizes, lrs), with the 95% prediction
+    interval of the optimum measured at that size.
 
     Returns None with fewer than two distinct sizes (keep the YAML's grid centre). With
     exactly two sizes, `lo` and `hi` are None (no scatter to estimate: do not narrow the
     grid). Sizes and target must be on the same axis (depths, or parameter counts).
+    `interval="confidence"` returns the law's own band instead (what the planner used before;
+    kept for comparison by `python -m sweeper.search.priorsim`).
     """
     if not (math.isfinite(target) and target > 0):
         raise ValueError(f"target size must be finite and positive (got {target!r})")
     fit = fit_lr_law(sizes, lrs, resamples=resamples, seed=seed)
     if fit.status == "insufficient":
         return None
-    pred, lo, hi = fit.predict(np.array([float(target)]))
+    pred, lo, hi = fit.predict(np.array([float(target)]), interval=interval, seed=seed)
     warnings = [*fit.warnings, *fit.extrapolation_warnings(np.array([float(target)]), EXTRAPOLATION_NOTE)]
     return LRPrediction(
         lr=float(pred[0]),
