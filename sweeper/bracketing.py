@@ -190,11 +190,12 @@ def interpolate_optimum(points: Sequence[GridPoint]) -> tuple[float, float] | No
     left, right = finished[i - 1], finished[i + 1]
     if not (left.is_ok and right.is_ok):
         return None
-    return parabola_vertex(left, best, right)
+    vertex = parabola_vertex(left, best, right)
+    return None if vertex is None else (math.exp(vertex[0]), vertex[1])  # between left and right: no overflow
 
 
 def parabola_vertex(*three: GridPoint) -> tuple[float, float] | None:
-    """The (LR, objective) minimum of the parabola in (log LR, objective) through three `ok`
+    """The (log LR, objective) minimum of the parabola in (log LR, objective) through three `ok`
     points in increasing LR, or None when they are not convex."""
     x = [math.log(p.lr) for p in three]
     y = [float(p.objective) for p in three]  # type: ignore[arg-type]
@@ -207,7 +208,7 @@ def parabola_vertex(*three: GridPoint) -> tuple[float, float] | None:
     b = d1 - a * (x[0] + x[1])
     x_v = -b / (2 * a)
     y_v = y[1] + (x_v - x[1]) * (d1 + a * (x_v - x[0]))  # Newton form through points 0 and 1
-    return math.exp(x_v), y_v
+    return x_v, y_v
 
 
 def decide(points: Sequence[GridPoint], policy: LRPolicy, *, initial: Sequence[float] | None = None) -> CellDecision:
@@ -332,7 +333,7 @@ def _probe(best: GridPoint, i: int, direction: int, points: Sequence[GridPoint],
             near = inner[-1] if direction > 0 else inner[0]
             candidate = canonical(best.lr * half ** (-direction))
             if (vertex is not None
-                    and -direction * math.log(vertex[0] / best.lr) / math.log(half) >= policy.vertex_offset
+                    and -direction * (vertex[0] - math.log(best.lr)) / math.log(half) >= policy.vertex_offset
                     and abs(math.log(near.lr / best.lr)) > math.log(half) * 1.01
                     and candidate not in tried and _inside(candidate, policy)):
                 return [candidate]
