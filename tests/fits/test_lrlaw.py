@@ -78,3 +78,24 @@ def test_bad_inputs_raise_with_a_reason() -> None:
         fit_lr_law([48, 96], [1e-3, 0.0])
     with pytest.raises(ValueError, match="target size"):
         predict_optimal_lr([48, 96], [1e-3, 5e-4], float("nan"))
+
+
+@pytest.mark.parametrize("known", [4, 6])
+def test_prediction_interval_covers_the_next_sizes_optimum(known: int) -> None:
+    """`prior: extrapolate`'s situation: the next depth's own optimum, scattered about the law as the
+    fitted ones are. The prediction interval covers it about 95% of the time; the law's confidence
+    band, narrower, covers it less often."""
+    x, target = DEPTHS[:known], float(DEPTHS[known])
+    rng = np.random.default_rng(5)
+    draws, hits, wider = 300, np.zeros(2), 0
+    for d in range(draws):
+        lrs = law(x) * np.exp(rng.normal(0, 0.2, x.size))
+        new = float(law(target)) * np.exp(rng.normal(0, 0.2))
+        conf = predict_optimal_lr(x, lrs, target, resamples=300, seed=d, interval="confidence")
+        pred = predict_optimal_lr(x, lrs, target, resamples=300, seed=d)
+        assert conf is not None and pred is not None and pred.lr == conf.lr
+        hits += [conf.lo <= new <= conf.hi, pred.lo <= new <= pred.hi]
+        wider += pred.ratio > conf.ratio
+    coverage = hits / draws
+    assert 0.90 <= coverage[1] <= 0.99, coverage
+    assert coverage[0] < coverage[1] and wider == draws
