@@ -87,14 +87,16 @@ def plant_method(policy: LRPolicy, depths: Sequence[float], rng: random.Random, 
 
 
 def simulate_method(policy: LRPolicy, depths: Sequence[float], lands: Sequence[Landscape],
-                    interval: Literal["confidence", "prediction"], rng: random.Random) -> list[CellResult]:
-    """One planted method over every depth, smallest first, with the planner's prior."""
+                    interval: Literal["confidence", "prediction"], rng: random.Random, *,
+                    extrapolate: bool = True) -> list[CellResult]:
+    """One planted method over every depth, smallest first, with the planner's prior (or, with
+    `extrapolate=False`, every depth on the YAML's grid)."""
     known: list[tuple[float, float]] = []
     out = []
     for i, (depth, land) in enumerate(zip(depths, lands)):
         had_interval = interval_covers = False
         grid = initial_grid(policy)
-        if len({x for x, _ in known}) >= 2:
+        if extrapolate and len({x for x, _ in known}) >= 2:
             pred = predict_optimal_lr([x for x, _ in known], [lr for _, lr in known], depth,
                                       resamples=400, seed=i, interval=interval)
             if pred is not None and math.isfinite(pred.lr) and pred.lr > 0:  # as SweepState._initial_grid
@@ -109,10 +111,10 @@ def simulate_method(policy: LRPolicy, depths: Sequence[float], lands: Sequence[L
     return out
 
 
-def steplaw_like(optimum: float, rng: random.Random) -> Landscape:
+def steplaw_like(optimum: float, rng: random.Random, noise: float = 0.0005) -> Landscape:
     left = rng.uniform(0.0005, 0.003)
     return Landscape(optimum, left=left, right=left * rng.uniform(1.0, 3.0), power=rng.choice((1.5, 2.0, 2.5)),
-                     cliff_steps=rng.uniform(3.0, 8.0))
+                     cliff_steps=rng.uniform(3.0, 8.0), noise=noise)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replicates", type=int, default=200, help="planted methods per interval kind")
     parser.add_argument("--exponent", type=float, default=-0.6, help="planted LR-law exponent in depth")
     parser.add_argument("--scatter", type=float, default=0.2, help="sd of log optimum about the law")
+    parser.add_argument("--noise", type=float, default=0.0005, help="relative seed noise of a final loss")
+    parser.add_argument("--first-error", type=float, default=2.0,
+                        help="the smallest depth's optimum lies within this many √2 steps of the YAML's centre")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     depths = load_sweep(args.yaml).config.model.depths
@@ -132,24 +137,31 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.yaml}: needs model.depths")
     _, _, section = sweep_policies(args.yaml, args.policy)[0]
     policy = section.to_policy()
+    extrapolate = section.prior == "extrapolate"
     print(f"{args.yaml}: depths {depths}, {args.replicates} planted methods, LR law exponent {args.exponent}, "
           f"scatter {args.scatter} (log sd), policy: points {policy.points}, factor {policy.factor:g}, "
-          f"refine {policy.refine}")
-    print(f"{'interval':11s} {'points/cell':>11s} {'with interval':>14s} {'rounds':>7s} {'interval covers':>16s} "
-          f"{'optimum in grid':>16s} {'within 0.25%':>13s}")
-    plant = random.Random(args.seed)
+          f"refine {policy.refine}, prior {section.prior}, seed noise {args.noise:g}")
+    plant = random.Random(args.seed)  # the same planted methods for every interval kind
     methods = [plant_method(policy, depths, plant, exponent=args.exponent, scatter=args.scatter,
-                            prior_error_steps=2.0, landscape=steplaw_like) for _ in range(args.replicates)]
-    for interval in ("confidence", "prediction"):
+                            prior_error_steps=args.first_error,
+                            landscape=lambda lr, rng: steplaw_like(lr, rng, args.noise))
+               for _ in range(args.replicates)]
+    print(f"{'interval':11s} {'points/cell':>11s} {'rounds/cell':>11s} {'within 0.25%':>13s} "
+          f"{'cells with an interval: points':>31s} {'interval covers':>16s} {'optimum in grid':>16s}")
+    for interval in ("confidence", "prediction") if extrapolate else ("none",):
         noise = random.Random(args.seed + 1)
-        cells = [c for lands in methods for c in simulate_method(policy, depths, lands, interval, noise)]
+        cells = [c for lands in methods
+                 for c in simulate_method(policy, depths, lands, interval, noise, extrapolate=extrapolate)]  # type: ignore[arg-type]
         prior = [c for c in cells if c.had_interval]
+
+        def share(flag: str) -> str:
+            return f"{100 * sum(getattr(c, flag) for c in prior) / len(prior):.1f}%" if prior else "—"
+
         print(f"{interval:11s} {sum(c.points for c in cells) / len(cells):11.2f} "
-              f"{(sum(c.points for c in prior) / len(prior)) if prior else float('nan'):14.2f} "
-              f"{(sum(c.rounds for c in prior) / len(prior)) if prior else float('nan'):7.2f} "
-              f"{100 * sum(c.interval_covers for c in prior) / max(1, len(prior)):15.1f}% "
-              f"{100 * sum(c.covered for c in prior) / max(1, len(prior)):15.1f}% "
-              f"{100 * sum(c.within_band for c in cells) / len(cells):12.1f}%")
+              f"{sum(c.rounds for c in cells) / len(cells):11.2f} "
+              f"{100 * sum(c.within_band for c in cells) / len(cells):12.1f}% "
+              f"{(f'{sum(c.points for c in prior) / len(prior):.2f}' if prior else '—'):>31s} "
+              f"{share('interval_covers'):>16s} {share('covered'):>16s}")
     return 0
 
 
