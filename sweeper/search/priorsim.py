@@ -61,7 +61,7 @@ class CellResult:
     optimum_found: float | None  # what the next depths learn from (interpolated, else grid best)
 
 
-def run_cell(policy: LRPolicy, grid: Sequence[float], land: Landscape, rng: random.Random,
+def run_cell(policy: LRPolicy, grid: Sequence[float], land: Landscape, seed: str,
              band: float = 0.0025) -> tuple[int, int, bool, float | None]:
     points: list[GridPoint] = []
     rounds = 0
@@ -69,7 +69,7 @@ def run_cell(policy: LRPolicy, grid: Sequence[float], land: Landscape, rng: rand
         d = decide(points, policy, initial=list(grid) if not points else None)
         if d.done:
             break
-        points += [land.run(lr, rng) for lr in d.next_lrs]
+        points += [land.run(lr, random.Random(f"{seed}:{lr}")) for lr in d.next_lrs]  # noise per (cell, LR)
         rounds += 1
     if d.status != "bracketed" or d.best is None:
         return len(points), rounds, False, None
@@ -87,10 +87,11 @@ def plant_method(policy: LRPolicy, depths: Sequence[float], rng: random.Random, 
 
 
 def simulate_method(policy: LRPolicy, depths: Sequence[float], lands: Sequence[Landscape],
-                    interval: Literal["confidence", "prediction"], rng: random.Random, *,
+                    interval: Literal["confidence", "prediction"], seed: str, *,
                     extrapolate: bool = True) -> list[CellResult]:
     """One planted method over every depth, smallest first, with the planner's prior (or, with
-    `extrapolate=False`, every depth on the YAML's grid)."""
+    `extrapolate=False`, every depth on the YAML's grid). Each cell's seed noise comes from its
+    own generator per (`seed`, depth, LR), so both interval kinds see the same loss at an LR."""
     known: list[tuple[float, float]] = []
     out = []
     for i, (depth, land) in enumerate(zip(depths, lands)):
@@ -104,7 +105,7 @@ def simulate_method(policy: LRPolicy, depths: Sequence[float], lands: Sequence[L
                 had_interval = pred.lo is not None and pred.hi is not None
                 interval_covers = had_interval and pred.lo <= land.optimum <= pred.hi  # type: ignore[operator]
         covered = min(grid) / math.sqrt(policy.factor) <= land.optimum <= max(grid) * math.sqrt(policy.factor)
-        points, rounds, within, found = run_cell(policy, grid, land, rng)
+        points, rounds, within, found = run_cell(policy, grid, land, f"{seed}:{i}")
         if found is not None:
             known.append((depth, found))
         out.append(CellResult(points, rounds, had_interval, interval_covers, covered, within, found))
@@ -149,9 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'interval':11s} {'points/cell':>11s} {'rounds/cell':>11s} {'within 0.25%':>13s} "
           f"{'cells with an interval: points':>31s} {'interval covers':>16s} {'optimum in grid':>16s}")
     for interval in ("confidence", "prediction") if extrapolate else ("none",):
-        noise = random.Random(args.seed + 1)
-        cells = [c for lands in methods
-                 for c in simulate_method(policy, depths, lands, interval, noise, extrapolate=extrapolate)]  # type: ignore[arg-type]
+        cells = [c for m, lands in enumerate(methods)
+                 for c in simulate_method(policy, depths, lands, interval, f"{args.seed}:{m}",  # type: ignore[arg-type]
+                                          extrapolate=extrapolate)]
         prior = [c for c in cells if c.had_interval]
 
         def share(flag: str) -> str:

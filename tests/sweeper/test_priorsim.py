@@ -19,7 +19,7 @@ def test_planted_methods_are_the_same_for_both_interval_kinds_and_cells_bracket(
     again = [plant_method(policy, DEPTHS, random.Random(3), exponent=-0.6, scatter=0.2, prior_error_steps=2.0,
                           landscape=steplaw_like) for _ in range(4)]
     assert [m[0].optimum for m in methods] == [m[0].optimum for m in again]
-    runs = {kind: [c for lands in methods for c in simulate_method(policy, DEPTHS, lands, kind, random.Random(1))]
+    runs = {kind: [c for lands in methods for c in simulate_method(policy, DEPTHS, lands, kind, "1")]
             for kind in ("confidence", "prediction")}
     for cells in runs.values():
         assert all(c.optimum_found is not None for c in cells)  # every cell bracketed
