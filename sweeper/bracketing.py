@@ -19,7 +19,9 @@ them, and an eager extension decided on a partial grid explored other learning r
 (tests/reliability). When every finished point diverged, go lower. Once
 bracketed, optionally refine with the two half-steps around the best point (this stops
 by itself: after one refinement the neighbours are half a step away). A bound or the
-trial cap that prevents the next step ends the cell as `edge`.
+trial cap that prevents the next step ends the cell as `edge`. Every proposed learning
+rate is rounded to 6 significant digits, the precision of point ids, so "never propose
+an LR twice" is an exact comparison.
 
 Options that need fewer runs (measured by `sweeper replay` on StepLaw's recorded grids;
 each keeps the rules above: a cell is `bracketed` only with a finished neighbour on each
@@ -35,9 +37,7 @@ side, and proposals are still a function of the finished results):
   half steps away, try that inner half step before extending: if it is the new best, it
   is bracketed already.
 - `failed_neighbour="half_step"`: when the next grid step beyond the best point failed
-  (a crash: no information), try the half step between them before walking past it. Every proposed learning
-rate is rounded to 6 significant digits, the precision of point ids, so "never propose
-an LR twice" is an exact comparison.
+  (a crash: no information), try the half step between them before walking past it.
 """
 
 from __future__ import annotations
@@ -276,7 +276,7 @@ def decide(points: Sequence[GridPoint], policy: LRPolicy, *, initial: Sequence[f
         sides: tuple[tuple[int, GridPoint | None], ...] = ((-1, left), (+1, right))
         if interp is not None:
             assert best.objective is not None and interp_obj is not None
-            if best.objective - interp_obj < policy.refine_min_gain * abs(best.objective):
+            if policy.refine_min_gain > 0 and best.objective - interp_obj < policy.refine_min_gain * abs(best.objective):
                 sides = ()  # the parabola promises less than is worth a run
             elif policy.refine == "vertex":
                 offset = math.log(interp[0] / best.lr) / math.log(half)  # in half steps, signed
