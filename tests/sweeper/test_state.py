@@ -329,3 +329,29 @@ def test_failed_points_are_retried_only_when_asked(tmp_path):
     config = retried.next_stack("t3")
     assert sorted(config["spec"]["point_ids"]) == sorted(pids)
     assert {retried.points["pre/L2/s0"][p].attempt for p in pids} == {2}
+
+
+def test_the_driver_explores_what_decide_alone_explores_with_the_new_lr_options(tmp_path):
+    """The state machine (stacks, ledger, store) and `decide` run on its own agree LR for LR, with
+    the options of the shipped sweeps (refine: vertex, vertex_first, failed_neighbour: half_step)."""
+    from sweeper.bracketing import GridPoint, decide
+
+    def loss(depth, lr):  # asymmetric and sharper than a parabola; optimum 0.03 / depth
+        u = math.log(lr * depth / 0.03)
+        return 3.0 + (0.05 if u < 0 else 0.12) * abs(u) ** 1.5
+
+    lr_section = {"center": 3e-3, "points": 3, "refine": "vertex", "vertex_first": True,
+                  "failed_neighbour": "half_step", "max_points": 10}
+    state = make_state(tmp_path, methods=["pre"], model={"width": 32, "heads": 2, "depths": [2, 3, 5],
+                                                          "seq_len": 32}, lr=lr_section, stack=8)
+    state.load({})
+    configs = drive(state, loss=loss, diverge_above=0.02)
+    for cid, cell in state.cells.items():
+        driven = sorted(lr for c in configs if c["cell_id"] == cid for lr in c["spec"]["lrs"])
+        points: list[GridPoint] = []
+        while not (d := decide(points, cell.policy)).done:
+            points += [GridPoint(lr, "diverged") if lr > 0.02 else GridPoint(lr, "ok", loss(cell.depth, lr))
+                       for lr in d.next_lrs]
+        assert driven == sorted(p.lr for p in points)
+        assert state.decisions[cid].status == d.status == "bracketed"
+        assert 3 <= len(driven) < cell.policy.max_points
