@@ -54,7 +54,6 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from sweeper.errors import UserError
-    from sweeper.search.replay import load_table, parse_shifts, replay
 
     try:
         shifts = parse_shifts(args.shifts)
@@ -67,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
     columns = [c.strip() for c in args.group.split(",") if c.strip()]
     if not columns:
         raise UserError("--group: name at least one column, e.g. --group N,D,bs")
+    from sweeper.search.replay import load_table, replay  # polars: only once the arguments are good
+
     policies = sweep_policies(args.yaml, args.policy)
     table = load_table(args.table, columns, args.lr_column, args.loss_column, tolerance=args.tolerance)
     results = []
@@ -85,6 +86,21 @@ def run(args: argparse.Namespace) -> int:
         return 0
     _print(doc)
     return 0
+
+
+def parse_shifts(text: str) -> list[int]:
+    """`-3..3` (a range, both ends included) or `-2,0,2` (a list); ValueError otherwise."""
+    text = text.strip()
+    if ".." in text:
+        a, _, b = text.partition("..")
+        lo, hi = int(a), int(b)
+        if lo > hi:
+            raise ValueError(f"empty range {text!r} (write the lower end first)")
+        return list(range(lo, hi + 1))
+    values = [int(part) for part in text.split(",") if part.strip()]
+    if not values:
+        raise ValueError("no shifts given")
+    return sorted(set(values))
 
 
 def sweep_policies(path: str, overrides: list[str]) -> list[tuple[str, list[str], Any]]:

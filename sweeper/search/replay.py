@@ -358,21 +358,6 @@ def summarise(outcomes: Sequence[ReplayOutcome], *, groups: int, skipped_edge: i
     )
 
 
-def parse_shifts(text: str) -> list[int]:
-    """`-3..3` (a range, both ends included) or `-2,0,2` (a list); ValueError otherwise."""
-    text = text.strip()
-    if ".." in text:
-        a, _, b = text.partition("..")
-        lo, hi = int(a), int(b)
-        if lo > hi:
-            raise ValueError(f"empty range {text!r} (write the lower end first)")
-        return list(range(lo, hi + 1))
-    values = [int(part) for part in text.split(",") if part.strip()]
-    if not values:
-        raise ValueError("no shifts given")
-    return sorted(set(values))
-
-
 def describe_policy(policy: LRPolicy) -> str:
     """A short label: 'factor 2, 3 points, refine toward vertex, vertex first, half step past failures, cap 10'."""
     grid = f"grid of {len(policy.grid)}" if policy.grid is not None else f"{policy.points} points"

@@ -20,7 +20,8 @@ import pytest
 from sweeper.bracketing import LRPolicy
 from sweeper.cli import main
 from sweeper.errors import UserError
-from sweeper.search.replay import parse_shifts, replay, replay_group, table_from_frame
+from sweeper.commands.replay import parse_shifts
+from sweeper.search.replay import replay, replay_group, table_from_frame
 
 ROOT = Path(__file__).resolve().parents[2]
 
