@@ -6,7 +6,9 @@ tokenizer and the split; afterwards a trial memory-maps them. Validation tokens 
 `data.val_path` when given, else from a deterministic hash split by document (a text file is
 one document; a JSONL line or a Parquet row is one document).
 
-Pre-tokenized binaries (`source: tokens`) are flat arrays of `uint16`/`uint32` token ids
+Pre-tokenized data (`source: tokens`): a folder written by `sweeper data prepare` (see
+`trials.data.prepared`: a manifest, per-seed order over billions of tokens, O(1) resume), or raw
+binaries: flat arrays of `uint16`/`uint32` token ids
 (nanoGPT's `train.bin` convention); validation is `data.val_path` or the file's last
 `val_fraction` of tokens. Their vocabulary is the largest id + 1.
 """
@@ -24,6 +26,7 @@ import numpy as np
 
 from trials.config import DataConfig
 from trials.data.base import ArrayTokenSource, cache_root, digest, in_val_split, open_tokens, write_atomic
+from trials.data.prepared import PreparedTokenSource, prepared_manifest, read_manifest
 from trials.data.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer
 from trials.errors import TrialInputError
 
@@ -248,9 +251,16 @@ def _token_stats(path: Path, tokens: np.ndarray) -> dict[str, object]:
 
 
 def tokens_source(cfg: DataConfig) -> ArrayTokenSource:
-    """A pre-tokenized binary file (`data.path`), validation from `data.val_path` or its tail."""
+    """A corpus prepared by `sweeper data prepare` (`data.path` its folder or manifest; see
+    `trials.data.prepared`), else a pre-tokenized binary file with validation from `data.val_path`
+    or its tail."""
     if not cfg.path:
-        raise TrialInputError("data.path: required for source 'tokens' (a binary file of token ids)")
+        raise TrialInputError("data.path: required for source 'tokens' (a prepared corpus folder or a binary file of token ids)")
+    manifest = prepared_manifest(Path(os.path.expanduser(cfg.path)))
+    if manifest is not None:
+        if cfg.val_path:
+            raise TrialInputError(f"data.val_path: not used with a prepared corpus ({cfg.path} holds its validation tokens); leave it unset")
+        return PreparedTokenSource(read_manifest(manifest), cfg.path)
     path, tokens = _token_file(cfg.path, cfg.token_dtype, "data.path")
     if len(tokens) == 0:
         raise TrialInputError(f"data.path: {cfg.path}: empty token file")
