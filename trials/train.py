@@ -3,7 +3,8 @@
 Every member starts from the same initial weights (`build_model(cfg, stack=K, seed)`) and sees
 the same batches (one stream seeded by the data seed and the cell seed). Per step:
 
-1. one batch feeds every member; `member_losses` gives each member's mean loss `[K]`;
+1. one batch feeds every member (read ahead on a background thread, into pinned memory on CUDA:
+   `trials.data.prefetch`); `member_losses` gives each member's mean loss `[K]`;
 2. the divergence monitor reads the K losses (one host sync per step); a member that has just
    diverged is masked for this step (no update, its gradient discarded);
 3. backward on the sum of the members' losses (each member's gradient is then exactly that of
@@ -41,6 +42,7 @@ from models.family_settings import vit_settings
 from trials.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from trials.data import check_vocab, open_source
 from trials.data.base import seed_words
+from trials.data.prefetch import Prefetcher
 from trials.divergence import DivergenceMonitor
 from trials.engine import DeviceStep, accumulate, compile_regions, make_optimizer, resolve_execution
 from trials.errors import TrialInputError
@@ -84,6 +86,11 @@ def vit_recipe_model(model: ModelConfig, train: TrainConfig) -> ModelConfig:
 def data_order_seed(data_seed: int, cell_seed: int) -> int:
     """One seed for the batch order of a cell: every LR of the cell, in any trial, sees the same batches."""
     return int(np.random.SeedSequence(seed_words(data_seed, cell_seed)).generate_state(1)[0])
+
+
+def pinned_tensor(batch: np.ndarray) -> torch.Tensor:
+    """A batch in page-locked host memory: its copy to the GPU can overlap the step (`non_blocking`)."""
+    return torch.from_numpy(batch).pin_memory()
 
 
 class Trial:
@@ -137,7 +144,11 @@ class Trial:
         if cfg.family == "vit":
             self._open_images(spec)
         else:
-            self.stream = self.source.train_stream(train.batch_size, cfg.seq_len, data_order_seed(spec.data.seed, spec.seed))
+            # Read ahead on a background thread, into pinned memory on CUDA (see trials.data.prefetch).
+            self.stream = Prefetcher(
+                self.source.train_stream(train.batch_size, cfg.seq_len, data_order_seed(spec.data.seed, spec.seed)),
+                convert=pinned_tensor if self.device.type == "cuda" else torch.from_numpy,
+            )
             self.eval_data = [
                 torch.from_numpy(b).to(self.device) for b in self.source.eval_batches(train.eval_batches, train.batch_size, cfg.seq_len)
             ]
@@ -223,6 +234,8 @@ class Trial:
         written = self.save(ckpt_root) if ckpt_root is not None and self._saved_step != self.step else None
         if export_dir is not None and self.finished:
             self.export(Path(export_dir))
+        if isinstance(self.stream, Prefetcher):
+            self.stream.close()  # its read-ahead thread ends with the run
         results = self.results()
         if report is not None:  # last: under Ray Tune the trial may end inside this call
             last = self.step_report(done=self.finished, checkpoint=written)
@@ -285,7 +298,7 @@ class Trial:
             extra["drop_seed"] = self.vision.drop_seed(self.step)  # drop-path decisions: a pure function of the step
             extra.update(self.vision.loss_options(targets))
         else:
-            batch = torch.from_numpy(self.stream.next_batch()).to(self.device, non_blocking=True)
+            batch = self.stream.next_batch().to(self.device, non_blocking=True)
             inputs, targets = batch[:, :-1], batch[:, 1:]
             if self.spec.model.family == "looped":  # the step's loop count(s): a pure function of (seed, step)
                 extra["loops"] = self.model.training_loops(self.step, self.spec.seed, inputs.shape[0])
