@@ -30,6 +30,7 @@ COMMANDS = [
     "plots",
     "bench",
     "gamma",
+    "data",
 ]
 
 

@@ -678,6 +678,7 @@ def _bools_for_numbers(raw: Any) -> list[Problem]:
 # Checks that span sections or touch the filesystem
 
 FILE_SOURCES = ("text", "jsonl", "parquet", "tokens", "images")
+PREPARE_HINT = "; prepare it first with `sweeper data prepare` (the sweep file's comments give the command)"
 
 
 def _data_problems(data: DataConfig, base: Path) -> list[Problem]:
@@ -690,7 +691,13 @@ def _data_problems(data: DataConfig, base: Path) -> list[Problem]:
             resolved = resolve_path(value, base)
             if not _exists(resolved):
                 given = "" if resolved == value else f" (given as {value!r}, relative to the working directory)"
-                out.append(Problem(("data", key), f"no such file or directory: {resolved}{given}"))
+                hint = PREPARE_HINT if data.source == "tokens" and key == "path" else ""
+                out.append(Problem(("data", key), f"no such file or directory: {resolved}{given}{hint}"))
+            elif data.source == "tokens" and key == "path" and os.path.isdir(resolved) and not os.path.isfile(
+                os.path.join(resolved, "manifest.json")
+            ):
+                out.append(Problem(("data", key), f"{resolved}: a folder without manifest.json, so not a prepared corpus "
+                                   f"(or its `sweeper data prepare` has not finished){PREPARE_HINT}"))
     if data.source == "hf" and not data.dataset:
         out.append(Problem(("data", "dataset"), "required for source 'hf' (a Hugging Face dataset name)"))
     if data.tokenizer and _looks_local(data.tokenizer):
