@@ -73,6 +73,7 @@ class BenchSettings:
     rounds: int = 5  # compare: interleaved rounds
     breakdown: bool = False  # profile extra steps of the stack and split their time by kind of work
     breakdown_steps: int = 5
+    data_path: str | None = None  # a prepared corpus or token file (source tokens) instead of the built-in corpus
 
     def model(self) -> ModelConfig:
         heads = self.heads or max(1, self.width // 32)
@@ -89,6 +90,8 @@ class BenchSettings:
         )
         # Real text (the interpreter's stdlib sources, bytes) when the vocabulary holds bytes; else a synthetic source.
         data = DataConfig() if self.vocab >= 256 else DataConfig(source="synthetic", synthetic_vocab=self.vocab)
+        if self.data_path is not None:
+            data = DataConfig(source="tokens", path=self.data_path)
         lrs = [BENCH_LR * (1 + 0.1 * i) for i in range(stack)]
         return TrialSpec(model=self.model(), train=train, data=data, divergence=NO_DIVERGENCE, lrs=lrs, seed=0)
 

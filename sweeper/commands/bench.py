@@ -41,7 +41,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--dtype", choices=["fp32", "bf16"], default=None, help="fp32, or bf16 autocast (default: fp32 on cpu, bf16 on cuda)")
     p.add_argument("--seq-len", type=int, default=128, help="tokens per sequence (default 128)")
     p.add_argument("--batch", type=int, default=8, help="sequences per step (default 8)")
-    p.add_argument("--vocab", type=int, default=256, help="vocabulary (default 256, the built-in corpus's bytes)")
+    p.add_argument("--vocab", type=int, default=None,
+                   help="vocabulary (default 256, the built-in corpus's bytes; with --data-path, the corpus's)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
     p.add_argument("--steps", type=int, default=30, help="measured training steps, in 5 rounds (default 30)")
     p.add_argument("--warmup", type=int, default=3, help="warm-up steps before measuring, reported apart (default 3)")
@@ -55,6 +56,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--breakdown", action="store_true",
                    help="profile 5 more steps (cpu) and show where a step's time goes: GEMMs, attention, "
                         "compiled graphs, other; with the FLOP rate GEMMs and attention reach on their own")
+    p.add_argument("--data", action="store_true",
+                   help="also measure the data path (read + collate, host-to-device, prefetched) against the step's tokens/s")
+    p.add_argument("--data-path", default=None, metavar="PATH",
+                   help="train on (and with --data measure) a prepared corpus (`sweeper data prepare`) or token file; "
+                        "--vocab defaults to its vocabulary")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.set_defaults(func=run)
 
@@ -90,7 +96,28 @@ def _check(args: argparse.Namespace) -> None:
         raise UserError(f"--method {args.method!r}: unknown scheme{suggest(args.method, names)} (available: {', '.join(names)})")
 
 
+def _data_config(args: argparse.Namespace) -> Any:
+    """The corpus of --data-path (and --vocab from it when not given); None: the bench's own data."""
+    if args.data_path is None:
+        args.vocab = 256 if args.vocab is None else args.vocab
+        return None
+    from trials.config import DataConfig
+    from trials.data import open_source
+    from trials.errors import TrialInputError
+
+    data = DataConfig(source="tokens", path=args.data_path)
+    try:
+        vocab = open_source(data).vocab
+    except TrialInputError as exc:
+        raise UserError(exc.message.replace("data.path", "--data-path", 1)) from None
+    args.vocab = vocab if args.vocab is None else args.vocab
+    if args.vocab < vocab:
+        raise UserError(f"--vocab {args.vocab}: smaller than the vocabulary of --data-path {args.data_path} ({vocab})")
+    return data
+
+
 def run(args: argparse.Namespace) -> int:
+    data = _data_config(args)
     _check(args)
     # Before torch loads: OpenMP's default spin-wait makes 2 threads 10-25x slower on a shared machine.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -107,10 +134,12 @@ def run(args: argparse.Namespace) -> int:
         batch=args.batch, vocab=args.vocab, threads=args.threads, steps=args.steps, warmup=args.warmup,
         fused_loss=not args.no_fused_loss, sync_every=args.sync_every, cuda_graphs=args.cuda_graphs,
         micro_batch=args.micro_batch, compare=args.compare, breakdown=args.breakdown,
-        rounds=5,
+        rounds=5, data_path=args.data_path,
     )
     try:
         result = run_bench(settings)
+        if args.data:
+            result["data_path"] = data_path_figures(settings, data, result)
     except TrialInputError as exc:
         raise UserError(exc.message) from None
     if args.json:
@@ -186,6 +215,8 @@ def print_result(result: dict[str, Any]) -> None:
         )
     if "breakdown" in result:
         print_breakdown(console, result["breakdown"], result["runs"]["stack"]["step_s_median"])
+    if "data_path" in result:
+        print_data_path(console, result["data_path"])
     console.print(f"load average {result['loadavg_start']} at start, {result['loadavg_end']} at end", highlight=False)
 
 
@@ -208,3 +239,40 @@ def print_breakdown(console: Any, b: dict[str, Any], step_s: float) -> None:
     top = ", ".join(f"{name} {ms:.1f} ms" for name, ms in b["top_other_ms_per_step"].items())
     if top:
         console.print(f"largest other operators per step: {top}", highlight=False)
+
+
+def data_path_figures(settings: Any, data: Any, result: dict[str, Any]) -> dict[str, Any]:
+    """`--data`: the data path's tokens/s (trials.bench_data) beside the step's, at the benched shape."""
+    import torch
+
+    from trials.bench import BenchSettings
+    from trials.bench_data import measure_data_path
+
+    assert isinstance(settings, BenchSettings)
+    figures = measure_data_path(data if data is not None else settings.spec(1).data, settings.batch, settings.seq_len,
+                                torch.device(settings.device))
+    step_s = result["runs"]["stack"]["step_s_median"]
+    figures["step_tokens_per_s"] = settings.batch * settings.seq_len / step_s  # one batch feeds every member
+    figures["headroom"] = figures["pipeline_tokens_per_s"] / figures["step_tokens_per_s"]
+    return figures
+
+
+def print_data_path(console: Any, d: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"data path: {d['source']}, {d['tokens_per_batch']:,} tokens per batch, {d['batches']} batches",
+                  header_style="bold", title_justify="left")
+    table.add_column("stage")
+    table.add_column("tokens/s", justify="right")
+    table.add_column("vs the step", justify="right")
+    step = d["step_tokens_per_s"]
+    rows = [("read + collate (training thread, no prefetch)", d["read_collate_tokens_per_s"]),
+            ("host-to-device copy (pinned, non_blocking)", d["host_to_device_tokens_per_s"]),
+            ("whole path through the prefetcher", d["pipeline_tokens_per_s"]),
+            ("training step consumes", step)]
+    for label, rate in rows:
+        table.add_row(label, "—" if rate is None else f"{rate:,.0f}", "—" if rate is None else f"{rate / step:.1f}x")
+    console.print(table)
+    verdict = "the data path keeps up" if d["headroom"] >= 2 else "the data path may starve the step"
+    console.print(f"headroom {d['headroom']:.1f}x: {verdict} (keep it well above 1: the prefetch thread shares the CPUs)",
+                  highlight=False)
