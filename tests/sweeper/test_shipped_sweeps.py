@@ -1,5 +1,6 @@
 """Every sweep YAML shipped in sweeps/ validates as it stands (the README tells users to launch
-them), and the one that needs a local ImageNet says exactly which path is missing."""
+them), and the ones that need local data (ImageNet, a prepared C4 token corpus) say exactly which
+path is missing, and for a token corpus how to prepare it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from sweeper.errors import UserError
 from sweeper.schema import load_sweep
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
-NEEDS_LOCAL_DATA = {"vit.yaml": "/data/imagenet/train"}
+NEEDS_LOCAL_DATA = {"vit.yaml": "/data/imagenet/train", "depth.yaml": "/data/c4-en-t5-9B", "ladder.yaml": "/data/c4-en-t5-110B"}
+PREPARED = {"depth.yaml", "ladder.yaml"}  # token corpora made by `sweeper data prepare` (the command is in the file)
 
 
 def test_the_sweeps_folder_holds_the_documented_sweeps():
@@ -27,6 +29,9 @@ def test_shipped_sweep_validates(path: Path):
             load_sweep(path)
         text = "\n".join(err.value.lines())
         assert missing in text and "data.path" in text
+        if path.name in PREPARED:
+            assert "prepare it first with `sweeper data prepare`" in text
+            assert f"sweeper data prepare {missing} --source hf --dataset allenai/c4" in path.read_text()
         return
     validated = load_sweep(path)
     cfg = validated.config

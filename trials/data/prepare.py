@@ -29,6 +29,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import signal
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -236,6 +237,7 @@ def _tokenizer_payload(tokenizer: Tokenizer) -> tuple[str, str | None]:
 
 
 def _init_worker(name: str, payload: str | None) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle: it checkpoints, then stops us
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread per worker: --workers bounds the CPUs used
     os.environ["RAYON_NUM_THREADS"] = "1"
     global _worker_tokenizer
@@ -421,11 +423,14 @@ def prepare(s: PrepareSettings, on_progress: Callable[[Progress], None] | None =
 def _run(s: PrepareSettings, tokenizer: Tokenizer, phases: list[Phase], output: _Output, state: Progress, key: str,
          started_wall: float, on_progress: Callable[[Progress], None] | None) -> None:
     pool = None
+    parallelism = os.environ.get("TOKENIZERS_PARALLELISM")
     if s.workers > 1:
         pool = ProcessPoolExecutor(
             max_workers=s.workers, mp_context=multiprocessing.get_context("spawn"),
             initializer=_init_worker, initargs=_tokenizer_payload(tokenizer),
         )
+    else:  # tokenize here, on this thread only (the library would use every core)
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
     last_checkpoint = time.monotonic()
     try:
         while state.phase < len(phases):
@@ -482,6 +487,10 @@ def _run(s: PrepareSettings, tokenizer: Tokenizer, phases: list[Phase], output: 
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+        elif parallelism is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = parallelism
 
 
 def _require_both_splits(state: Progress) -> None:
