@@ -123,19 +123,19 @@ class _Reporter:
         self.max_tokens, self.quiet = max_tokens, quiet
         self.tty = sys.stderr.isatty()
         self.last = 0.0
-        self.start = time.monotonic()
-        self.first_tokens: int | None = None
+        self.first: tuple[float, int] | None = None  # (time, tokens) at the first chunk written: the rate counts from there
 
     def __call__(self, progress: Any) -> None:
         now = time.monotonic()
-        if self.first_tokens is None:
-            self.first_tokens = progress.tokens["train"] + progress.tokens["val"]
+        done = progress.tokens["train"] + progress.tokens["val"]
+        if self.first is None:
+            self.first = (now, done)
+            self.last = now
+            return
         if self.quiet or now - self.last < (_PROGRESS_TTY_S if self.tty else _PROGRESS_LOG_S):
             return
         self.last = now
-        elapsed = max(1e-9, now - self.start)
-        done = progress.tokens["train"] + progress.tokens["val"]
-        rate = (done - self.first_tokens) / elapsed
+        rate = (done - self.first[1]) / max(1e-9, now - self.first[0])
         line = (f"{progress.tokens['train']:,} train + {progress.tokens['val']:,} val tokens, "
                 f"{sum(progress.documents.values()):,} documents, {rate:,.0f} tokens/s")
         if self.max_tokens:

@@ -484,13 +484,28 @@ def _run(s: PrepareSettings, tokenizer: Tokenizer, phases: list[Phase], output: 
                 state.position = {}
             _checkpoint(output, key, state, started_wall)
             last_checkpoint = time.monotonic()
-    finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
-        elif parallelism is None:
-            os.environ.pop("TOKENIZERS_PARALLELISM", None)
-        else:
-            os.environ["TOKENIZERS_PARALLELISM"] = parallelism
+            pool = None
+    finally:
+        if pool is not None:  # an error or an interrupt: what the workers are doing is not needed any more
+            _terminate(pool)
+        if s.workers == 1:
+            if parallelism is None:
+                os.environ.pop("TOKENIZERS_PARALLELISM", None)
+            else:
+                os.environ["TOKENIZERS_PARALLELISM"] = parallelism
+
+
+def _terminate(pool: ProcessPoolExecutor) -> None:
+    """Stop the workers now (a chunk takes seconds to tokenize; its result would be dropped anyway)."""
+    processes = list(getattr(pool, "_processes", None) or {})  # terminate_workers() from Python 3.14 on
+    pool.shutdown(wait=False, cancel_futures=True)
+    for pid in processes:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
 
 
 def _require_both_splits(state: Progress) -> None:
