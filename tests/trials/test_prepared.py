@@ -54,6 +54,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.train_from_iterator(docs, trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "</s>"]))
+    tok.add_special_tokens([f"<extra_id_{i}>" for i in range(10)])  # ids no text produces, as T5's 100 sentinels
     tok.save(str(root / "tokenizer.json"))
     return {"root": root, "jsonl": root / "docs.jsonl", "tokenizer": root / "tokenizer.json"}
 
@@ -90,7 +91,7 @@ def test_manifest_and_files_hold_exactly_the_tokenized_documents(corpus: dict[st
     want = expected_tokens(corpus)
     assert manifest["format"] == "layerrope-sweeper/tokens" and manifest["version"] == 1
     assert manifest["tokenizer"]["vocab"] == tok.get_vocab_size() and manifest["tokenizer"]["eos"] == tok.token_to_id("</s>")
-    assert manifest["dtype"] == "uint16"
+    assert manifest["dtype"] == "uint16" and manifest["max_token"] == max(int(want["train"].max()), int(want["val"].max()))
     for split in ("train", "val"):
         data = (prepared / manifest[split]["file"]).read_bytes()
         assert np.array_equal(np.frombuffer(data, dtype=np.uint16), want[split])
@@ -108,7 +109,7 @@ def test_trial_reads_it_with_its_vocab_and_fingerprint(prepared: Path, stream_co
     src = open_source(DataConfig(source="tokens", path=str(prepared)))
     manifest = json.loads((prepared / MANIFEST).read_text())
     assert isinstance(src, PreparedTokenSource)
-    assert src.vocab == manifest["tokenizer"]["vocab"] and src.fingerprint == manifest["fingerprint"]
+    assert src.vocab == manifest["max_token"] + 1 and src.fingerprint == manifest["fingerprint"]
     assert np.array_equal(np.asarray(src.val), np.fromfile(prepared / "val.bin", dtype=np.uint16))
     stream_contract(src, batch=4, seq_len=16)
     # The manifest itself, or the train file beside it, name the same corpus.
@@ -116,6 +117,9 @@ def test_trial_reads_it_with_its_vocab_and_fingerprint(prepared: Path, stream_co
         assert open_source(DataConfig(source="tokens", path=str(path))).fingerprint == src.fingerprint
     with pytest.raises(TrialInputError, match=rf"model.vocab 256 is smaller than the data's vocabulary {src.vocab}"):
         check_vocab(256, src)
+    # The model needs an output for every id in the files, not for the sentinel ids no text produces.
+    assert src.vocab <= manifest["tokenizer"]["vocab"] - 10
+    check_vocab(src.vocab, src)
     with pytest.raises(TrialInputError, match=r"^data.val_path: not used with a prepared corpus"):
         open_source(DataConfig(source="tokens", path=str(prepared), val_path=str(prepared / "val.bin")))
 

@@ -273,6 +273,7 @@ class _Output:
         self.out, self.dtype = out, dtype
         self.files: dict[str, Any] = {}
         self.hashes = {split: hashlib.sha256() for split in FINAL}
+        self.max_token = -1  # the largest id written: the model's vocabulary must exceed it
         for split in FINAL:
             path = out / PARTIAL[split]
             if resume_tokens is None:
@@ -288,10 +289,13 @@ class _Output:
                 fh.truncate(keep)
                 while block := fh.read(1 << 24):
                     self.hashes[split].update(block)
+                    self.max_token = max(self.max_token, int(np.frombuffer(block, dtype=dtype).max()))
                 fh.seek(0, os.SEEK_END)
             self.files[split] = fh
 
     def write(self, split: str, tokens: np.ndarray) -> None:
+        if len(tokens):
+            self.max_token = max(self.max_token, int(tokens.max()))
         data = np.ascontiguousarray(tokens, dtype=self.dtype).tobytes()
         self.files[split].write(data)
         self.hashes[split].update(data)
@@ -410,7 +414,8 @@ def prepare(s: PrepareSettings, on_progress: Callable[[Progress], None] | None =
         output.sync()
         record = _progress_record(key, state, started_wall, finished=True)
         record["sha256"] = {split: output.hashes[split].hexdigest() for split in FINAL}
-        record["manifest"] = _manifest(s, tokenizer, described, key, state, record["sha256"], time.time() - started_wall)
+        record["manifest"] = _manifest(s, tokenizer, described, key, state, record["sha256"], output.max_token,
+                                       time.time() - started_wall)
         write_atomic(s.out / PROGRESS, json.dumps(record, indent=1).encode())
         finished = True
     finally:
@@ -538,7 +543,7 @@ def _checkpoint_quietly(output: _Output, key: str, state: Progress, started_wall
 
 
 def _manifest(s: PrepareSettings, tokenizer: Tokenizer, described: dict[str, Any], key: str, state: Progress,
-              sha: dict[str, str], seconds: float) -> dict[str, Any]:
+              sha: dict[str, str], max_token: int, seconds: float) -> dict[str, Any]:
     content = hashlib.sha256(f"{sha['train']}:{sha['val']}".encode()).hexdigest()[:16]
     described = {**described, "max_tokens": s.max_tokens, "val_tokens": s.val_tokens, "chunk_docs": s.chunk_docs}
     return {
@@ -548,6 +553,7 @@ def _manifest(s: PrepareSettings, tokenizer: Tokenizer, described: dict[str, Any
         "tokenizer": {"name": tokenizer.name, "fingerprint": tokenizer.fingerprint, "vocab": tokenizer.vocab,
                       "eos": tokenizer.eos},
         "dtype": tokenizer.dtype.name,
+        "max_token": max_token,
         "train": {"file": FINAL["train"], "tokens": state.tokens["train"], "documents": state.documents["train"],
                   "sha256": sha["train"]},
         "val": {"file": FINAL["val"], "tokens": state.tokens["val"], "documents": state.documents["val"], "sha256": sha["val"]},
@@ -571,12 +577,3 @@ def _finish(s: PrepareSettings, record: dict[str, Any]) -> dict[str, Any]:
     (s.out / PROGRESS).unlink(missing_ok=True)
     read_manifest(s.out / MANIFEST, "--out")
     return manifest
-
-
-def summary(manifest: dict[str, Any]) -> dict[str, Any]:
-    """The manifest's figures in one flat dict (for the command's last line)."""
-    return {"fingerprint": manifest["fingerprint"], **{f"{k}_tokens": manifest[k]["tokens"] for k in FINAL},
-            "documents": sum(manifest[k]["documents"] for k in FINAL), "dtype": manifest["dtype"],
-            "vocab": manifest["tokenizer"]["vocab"], "seconds": manifest["seconds"]}
-
-

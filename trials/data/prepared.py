@@ -9,7 +9,9 @@ Layout of the folder:
 
 `manifest.json` (format `layerrope-sweeper/tokens`, version 1) holds: `tokenizer` (`name`,
 `fingerprint`, `vocab`, `eos`), `dtype` (uint8 / uint16 / uint32, the smallest that holds the
-vocabulary), `train` and `val` (`file`, `tokens`, `documents`, `sha256` of the file's bytes),
+tokenizer's vocabulary), `max_token` (the largest id in the files: the source's vocabulary is
+`max_token + 1`, which `model.vocab` must reach; a tokenizer may have ids no text produces, as T5's
+100 sentinels), `train` and `val` (`file`, `tokens`, `documents`, `sha256` of the file's bytes),
 `source` (what was read: dataset or files, split, text column, limits), `fingerprint` (the tokenizer's
 and the token files' hashes: two corpora with the same fingerprint hold the same tokens), and
 `created`, `seconds`, `workers`. A trial checks each file's size against the manifest (O(1)) and
@@ -90,6 +92,7 @@ def read_manifest(manifest: Path, field: str = "data.path") -> dict[str, Any]:
         raise TrialInputError(f"{field}: {manifest}: manifest version {meta.get('version')!r}; this sweeper reads version {VERSION}")
     try:
         vocab = int(meta["tokenizer"]["vocab"])
+        max_token = int(meta["max_token"])
         dtype = str(meta["dtype"])
         fingerprint = str(meta["fingerprint"])
         splits = {s: (str(meta[s]["file"]), int(meta[s]["tokens"])) for s in SPLITS}
@@ -99,6 +102,8 @@ def read_manifest(manifest: Path, field: str = "data.path") -> dict[str, Any]:
         raise TrialInputError(f"{field}: {manifest}: dtype {dtype!r} (expected one of {', '.join(DTYPES)})")
     if vocab < 1 or vocab > np.iinfo(dtype).max + 1:
         raise TrialInputError(f"{field}: {manifest}: tokenizer.vocab {vocab} does not fit dtype {dtype}")
+    if not 0 <= max_token < vocab:
+        raise TrialInputError(f"{field}: {manifest}: max_token {max_token} is not an id of the tokenizer (vocab {vocab})")
     itemsize = np.dtype(dtype).itemsize
     for split, (name, tokens) in splits.items():
         path = folder / name
@@ -182,7 +187,7 @@ class PreparedTokenSource(ArrayTokenSource):
         super().__init__(
             open_tokens(folder / meta["train"]["file"], dtype),
             open_tokens(folder / meta["val"]["file"], dtype),
-            vocab=int(meta["tokenizer"]["vocab"]),
+            vocab=int(meta["max_token"]) + 1,  # what the model needs: an output for every id in the files
             fingerprint=meta["_fingerprint"],
             description=f"prepared corpus {path_given} ({meta['tokenizer'].get('name')}, {meta['train']['tokens']:,} tokens)",
         )
