@@ -389,3 +389,25 @@ def test_bad_input_is_one_line_and_exit_2(corpus: dict[str, Path], prepared: Pat
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and message.format(**fill) in errors[0] and "Traceback" not in proc.stderr
     assert not (tmp_path / "never").exists()  # nothing written
+
+
+def test_the_sweep_checks_its_vocab_and_records_its_fingerprint(prepared: Path, tmp_path: Path) -> None:
+    """Launch opens the corpus once: its fingerprint is the sweep's corpus fingerprint, and a model.vocab
+    that misses some of its ids is one clear error before any trial starts."""
+    from sweeper.driver import preflight_data
+    from sweeper.errors import UserError
+    from sweeper.planner import build_plan
+    from sweeper.schema import load_sweep
+
+    manifest = json.loads((prepared / MANIFEST).read_text())
+    for vocab in (320, 100):
+        sweep = tmp_path / f"sweep{vocab}.yaml"
+        sweep.write_text(f"name: s\nmethods: [pre]\nmodel: {{width: 32, depths: [1], vocab: {vocab}}}\n"
+                         f"data: {{source: tokens, path: {prepared}}}\ntrain: {{steps: 2}}\nlr: {{center: 0.001}}\n")
+        plan = build_plan(load_sweep(sweep).config, output=str(tmp_path / f"out{vocab}"), base=tmp_path)
+        if vocab == 320:
+            assert preflight_data(plan) == manifest["fingerprint"]
+        else:
+            with pytest.raises(UserError, match=rf"model.vocab 100 is smaller than the data's vocabulary {manifest['max_token'] + 1} "
+                                                rf"\(prepared corpus {prepared}"):
+                preflight_data(plan)
