@@ -12,7 +12,7 @@ OUT/val.bin (flat token ids, documents separated by the end-of-document token) a
 dataset's --val-split or --val-path when given, else a hash split of documents (--val-fraction).
 Interrupted (Ctrl-C, a kill, a full disk), the same command resumes from the last checkpoint (at most
 30 s of work lost); nothing is read as a corpus before manifest.json exists. A sweep reads the folder
-with `data: {source: tokens, path: OUT}` and a `model.vocab` above the largest token id in it.
+with `data: {source: tokens, path: OUT}` and `model.vocab` at least the tokenizer's vocabulary.
 `info` prints a manifest; --verify re-hashes the token files against it.
 """
 
@@ -199,7 +199,7 @@ def _print_manifest(folder: Path, m: dict[str, Any], note: str = "") -> None:
           f"{m['dtype']} ({size / 1e9:.2f} GB), {m['seconds']:.0f} s with {m['workers']} workers{note}")
     print(f"  tokenizer {tok['name']} (vocab {tok['vocab']}, end-of-document id {tok['eos']}), largest id in the files "
           f"{m['max_token']}; fingerprint {m['fingerprint']}")
-    print(f"  use it with  data: {{source: tokens, path: {folder}}}  and  model.vocab >= {m['max_token'] + 1}")
+    print(f"  use it with  data: {{source: tokens, path: {folder}}}  and  model.vocab >= {tok['vocab']}")
 
 
 def run_info(args: argparse.Namespace) -> int:

@@ -90,7 +90,8 @@ def test_manifest_and_files_hold_exactly_the_tokenized_documents(corpus: dict[st
     tok = tokenizers.Tokenizer.from_file(str(corpus["tokenizer"]))
     want = expected_tokens(corpus)
     assert manifest["format"] == "layerrope-sweeper/tokens" and manifest["version"] == 1
-    assert manifest["tokenizer"]["vocab"] == tok.get_vocab_size() and manifest["tokenizer"]["eos"] == tok.token_to_id("</s>")
+    assert manifest["tokenizer"]["vocab"] == tok.get_vocab_size() - 10 and manifest["tokenizer"]["full_vocab"] == tok.get_vocab_size()
+    assert manifest["tokenizer"]["eos"] == tok.token_to_id("</s>")
     assert manifest["dtype"] == "uint16" and manifest["max_token"] == max(int(want["train"].max()), int(want["val"].max()))
     for split in ("train", "val"):
         data = (prepared / manifest[split]["file"]).read_bytes()
@@ -109,7 +110,7 @@ def test_trial_reads_it_with_its_vocab_and_fingerprint(prepared: Path, stream_co
     src = open_source(DataConfig(source="tokens", path=str(prepared)))
     manifest = json.loads((prepared / MANIFEST).read_text())
     assert isinstance(src, PreparedTokenSource)
-    assert src.vocab == manifest["max_token"] + 1 and src.fingerprint == manifest["fingerprint"]
+    assert src.vocab == manifest["tokenizer"]["vocab"] > manifest["max_token"] and src.fingerprint == manifest["fingerprint"]
     assert np.array_equal(np.asarray(src.val), np.fromfile(prepared / "val.bin", dtype=np.uint16))
     stream_contract(src, batch=4, seq_len=16)
     # The manifest itself, or the train file beside it, name the same corpus.
@@ -117,9 +118,8 @@ def test_trial_reads_it_with_its_vocab_and_fingerprint(prepared: Path, stream_co
         assert open_source(DataConfig(source="tokens", path=str(path))).fingerprint == src.fingerprint
     with pytest.raises(TrialInputError, match=rf"model.vocab 256 is smaller than the data's vocabulary {src.vocab}"):
         check_vocab(256, src)
-    # The model needs an output for every id in the files, not for the sentinel ids no text produces.
-    assert src.vocab <= manifest["tokenizer"]["vocab"] - 10
-    check_vocab(src.vocab, src)
+    # The model needs an output for every id text can produce, not for the sentinel ids (as T5's).
+    check_vocab(manifest["tokenizer"]["full_vocab"] - 10, src)
     with pytest.raises(TrialInputError, match=r"^data.val_path: not used with a prepared corpus"):
         open_source(DataConfig(source="tokens", path=str(prepared), val_path=str(prepared / "val.bin")))
 
@@ -408,6 +408,6 @@ def test_the_sweep_checks_its_vocab_and_records_its_fingerprint(prepared: Path, 
         if vocab == 320:
             assert preflight_data(plan) == manifest["fingerprint"]
         else:
-            with pytest.raises(UserError, match=rf"model.vocab 100 is smaller than the data's vocabulary {manifest['max_token'] + 1} "
+            with pytest.raises(UserError, match=rf"model.vocab 100 is smaller than the data's vocabulary {manifest['tokenizer']['vocab']} "
                                                 rf"\(prepared corpus {prepared}"):
                 preflight_data(plan)

@@ -551,7 +551,7 @@ def _manifest(s: PrepareSettings, tokenizer: Tokenizer, described: dict[str, Any
         "version": VERSION,
         "fingerprint": f"prepared:{tokenizer.fingerprint}:sha256-{content}",
         "tokenizer": {"name": tokenizer.name, "fingerprint": tokenizer.fingerprint, "vocab": tokenizer.vocab,
-                      "eos": tokenizer.eos},
+                      "full_vocab": getattr(tokenizer, "full_vocab", tokenizer.vocab), "eos": tokenizer.eos},
         "dtype": tokenizer.dtype.name,
         "max_token": max_token,
         "train": {"file": FINAL["train"], "tokens": state.tokens["train"], "documents": state.documents["train"],

@@ -8,10 +8,10 @@ Layout of the folder:
     val.bin         held-out tokens, the same layout
 
 `manifest.json` (format `layerrope-sweeper/tokens`, version 1) holds: `tokenizer` (`name`,
-`fingerprint`, `vocab`, `eos`), `dtype` (uint8 / uint16 / uint32, the smallest that holds the
-tokenizer's vocabulary), `max_token` (the largest id in the files: the source's vocabulary is
-`max_token + 1`, which `model.vocab` must reach; a tokenizer may have ids no text produces, as T5's
-100 sentinels), `train` and `val` (`file`, `tokens`, `documents`, `sha256` of the file's bytes),
+`fingerprint`, `vocab`: the ids text can produce, which `model.vocab` must reach, as for every
+source; `full_vocab`: with the special ids no text produces, such as T5's 100 sentinels; `eos`),
+`dtype` (uint8 / uint16 / uint32, the smallest that holds the vocabulary), `max_token` (the largest
+id in the files, below `vocab`), `train` and `val` (`file`, `tokens`, `documents`, `sha256` of the file's bytes),
 `source` (what was read: dataset or files, split, text column, limits), `fingerprint` (the tokenizer's
 and the token files' hashes: two corpora with the same fingerprint hold the same tokens), and
 `created`, `seconds`, `workers`. A trial checks each file's size against the manifest (O(1)) and
@@ -187,7 +187,7 @@ class PreparedTokenSource(ArrayTokenSource):
         super().__init__(
             open_tokens(folder / meta["train"]["file"], dtype),
             open_tokens(folder / meta["val"]["file"], dtype),
-            vocab=int(meta["max_token"]) + 1,  # what the model needs: an output for every id in the files
+            vocab=int(meta["tokenizer"]["vocab"]),
             fingerprint=meta["_fingerprint"],
             description=f"prepared corpus {path_given} ({meta['tokenizer'].get('name')}, {meta['train']['tokens']:,} tokens)",
         )
