@@ -337,7 +337,7 @@ def test_killed_between_manifest_and_rename(corpus: dict[str, Path], prepared: P
     assert done == "finished" and (out / "train.bin").read_bytes() == (prepared / "train.bin").read_bytes()
 
 
-def test_a_changed_token_file_is_refused(prepared: Path, tmp_path: Path) -> None:
+def test_a_changed_token_file_is_refused(corpus: dict[str, Path], prepared: Path, tmp_path: Path) -> None:
     copy = tmp_path / "copy"
     copy.mkdir()
     for name in ("manifest.json", "train.bin", "val.bin"):
@@ -346,6 +346,11 @@ def test_a_changed_token_file_is_refused(prepared: Path, tmp_path: Path) -> None
         fh.write(b"\x00\x00")
     with pytest.raises(TrialInputError, match=r"train.bin: \d+ bytes, but .* lists \d+ uint16 tokens"):
         open_source(DataConfig(source="tokens", path=str(copy)))
+    # Preparing it again with the same settings says what is wrong; --overwrite prepares it again.
+    with pytest.raises(TrialInputError, match=r"lists \d+ uint16 tokens.*; pass --overwrite to prepare it again"):
+        prepare(settings(corpus, copy))
+    manifest, done = prepare(settings(corpus, copy, overwrite=True))
+    assert done == "prepared" and (copy / "train.bin").read_bytes() == (prepared / "train.bin").read_bytes()
 
 
 # ---- the command line ------------------------------------------------------------------------

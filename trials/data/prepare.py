@@ -344,9 +344,13 @@ def _claim_folder(s: PrepareSettings, key: str) -> tuple[str, dict[str, Any] | N
         return ("finish" if progress.get("finished") else "resume"), progress
     if manifest is not None and progress is None:
         if manifest.get("settings_key") == key:
-            read_manifest(out / MANIFEST, "--out")  # complete and intact, else this raises
-            return "done", manifest
-        if not s.overwrite:
+            try:
+                read_manifest(out / MANIFEST, "--out")
+                return "done", manifest
+            except TrialInputError as exc:  # the same settings, but a damaged folder
+                if not s.overwrite:
+                    raise TrialInputError(f"{exc.message}; pass --overwrite to prepare it again") from None
+        elif not s.overwrite:
             raise TrialInputError(
                 f"--out: {out} already holds a prepared corpus made with other settings (fingerprint "
                 f"{manifest.get('fingerprint')}); choose another folder, or pass --overwrite to replace it"
