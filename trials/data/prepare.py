@@ -86,10 +86,7 @@ class Progress:
     documents: dict[str, int] = field(default_factory=lambda: {"train": 0, "val": 0})
     phase: int = 0  # index into the reading phases (validation split first, then training)
     position: dict[str, Any] = field(default_factory=dict)  # the reader's position in that phase
-    documents_read: int = 0  # documents read in this session (for the rate)
-    started: float = field(default_factory=time.monotonic)
-    resumed: bool = False
-    done: bool = False
+    resumed: bool = False  # continued from an interrupted run's progress file
 
 
 # ---- reading ---------------------------------------------------------------------------------
@@ -461,7 +458,6 @@ def _run(s: PrepareSettings, tokenizer: Tokenizer, phases: list[Phase], output: 
                 state.tokens["train"] += len(train)
                 state.documents["train"] += n_train
                 state.position = chunk.position
-                state.documents_read += len(chunk.texts)
                 if on_progress is not None:
                     on_progress(state)
                 if s.max_tokens is not None and state.tokens["train"] >= s.max_tokens:
