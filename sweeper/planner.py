@@ -28,7 +28,7 @@ from trials.config import DataConfig, DivergenceConfig, TrainConfig
 
 # Training settings that change how fast a trial runs, not what it computes.
 NON_RESULT_TRAIN_KEYS = ("device", "compile", "threads", "report_every", "checkpoint_every", "drop_diverged",
-                         "fused_loss", "sync_every", "cuda_graphs", "micro_batch")
+                         "fused_loss", "sync_every", "cuda_graphs", "micro_batch", "deterministic")
 
 
 @dataclass(frozen=True)

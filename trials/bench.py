@@ -7,6 +7,11 @@ the optimizer and every execution option of the sweeps) and drives its training 
    reported apart, never counted in the throughput;
 2. `steps` measured steps (default 30) in `rounds` rounds (default 5): wall time, and this
    process's CPU time (all threads), which a busy machine inflates much less than wall time;
+   the measured steps include evaluations as a trial runs them (`Trial.evaluate`, in micro-batch
+   chunks), by default one per round of `eval_batches` (1) batches, about the share of a step
+   that `sweeps/depth.yaml`'s 40 batches every 500 steps take; the first evaluation (it compiles
+   its own graph) runs after the warm-up steps and is reported apart; `evaluate=False` leaves
+   evaluation out;
 3. a dense matmul peak (`models.bench.matmul_peak_gflops`: 1024^3 on the CPU, 8192^3 on a GPU,
    same device, dtype and threads) measured before every round and at the end.
 
@@ -74,6 +79,20 @@ class BenchSettings:
     breakdown: bool = False  # profile extra steps of the stack and split their time by kind of work
     breakdown_steps: int = 5
     data_path: str | None = None  # a prepared corpus or token file (source tokens) instead of the built-in corpus
+    evaluate: bool = True  # measured steps include evaluations, as in a trial
+    eval_every: int | None = None  # steps between evaluations; None: one per measured round
+    eval_batches: int = 1  # held-out batches (of `batch` sequences) per evaluation
+    deterministic: bool = False
+
+    @property
+    def round_steps(self) -> int:
+        return max(1, self.steps // self.rounds)
+
+    @property
+    def eval_interval(self) -> int | None:
+        if not self.evaluate:
+            return None
+        return self.eval_every or self.round_steps
 
     def model(self) -> ModelConfig:
         heads = self.heads or max(1, self.width // 32)
@@ -83,10 +102,11 @@ class BenchSettings:
     def spec(self, stack: int) -> TrialSpec:
         train = TrainConfig(
             steps=self.warmup + self.steps * (2 if self.compare else 1) + (self.breakdown_steps if self.breakdown else 0) + 1,
-            batch_size=self.batch,
-            eval_every=10**9, report_every=10**9, checkpoint_every=10**9, device=self.device,  # type: ignore[arg-type]
+            batch_size=self.batch, eval_every=self.eval_interval or 10**9, eval_batches=self.eval_batches,
+            report_every=10**9, checkpoint_every=10**9, device=self.device,  # type: ignore[arg-type]
             dtype=self.dtype, compile=self.compile, threads=self.threads, fused_loss=self.fused_loss,  # type: ignore[arg-type]
             sync_every=self.sync_every, cuda_graphs=self.cuda_graphs, micro_batch=self.micro_batch,
+            deterministic=self.deterministic,
         )
         # Real text (the interpreter's stdlib sources, bytes) when the vocabulary holds bytes; else a synthetic source.
         data = DataConfig() if self.vocab >= 256 else DataConfig(source="synthetic", synthetic_vocab=self.vocab)
@@ -118,11 +138,14 @@ def _synchronize(device: torch.device) -> None:
 
 
 def advance(trial: Trial) -> None:
-    """One training step as `Trial.run` takes it (the deferred read when one is due)."""
+    """One training step as `Trial.run` takes it (the deferred read when one is due, the evaluation when
+    one is due)."""
     trial.train_step()
     trial.step += 1
     if trial._pending and trial.sync_due(False):
         trial.sync()
+    if trial.step % trial.spec.train.eval_every == 0 and trial.active:
+        trial.evaluate()
 
 
 def run_steps(trial: Trial, n: int, timing: Timing) -> None:
@@ -151,6 +174,34 @@ def warm_up(trial: Trial, steps: int) -> list[float]:
         _synchronize(trial.device)
         out.append(time.perf_counter() - start)
     return out
+
+
+def warm_up_evaluation(trial: Trial) -> float:
+    """One evaluation outside the measured steps (the first one compiles the no-gradient graph); seconds."""
+    _synchronize(trial.device)
+    start = time.perf_counter()
+    trial.evaluate()
+    _synchronize(trial.device)
+    return time.perf_counter() - start
+
+
+def reset_memory_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def memory(device: torch.device) -> dict[str, Any]:
+    """Peak memory of the run: on CUDA the allocator's peaks since the last reset (allocated: tensors;
+    reserved: what the process holds from the device) and the device's total; on a CPU the process's
+    peak resident set since it started."""
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        return {"peak_allocated_bytes": torch.cuda.max_memory_allocated(device),
+                "peak_reserved_bytes": torch.cuda.max_memory_reserved(device), "device_total_bytes": total,
+                "device_free_bytes": free}
+    import resource
+
+    return {"peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
 
 @dataclass
@@ -259,9 +310,11 @@ def run_bench(settings: BenchSettings) -> dict[str, Any]:
     """
     load_start = os.getloadavg()
     compiled_before = compile_seconds()
+    device = torch.device(settings.device)
+    reset_memory_peak(device)
     trial, build_s = build(settings, settings.stack)
-    device = trial.device
     warmup = warm_up(trial, settings.warmup)
+    warmup_eval = warm_up_evaluation(trial) if settings.evaluate else None
     result: dict[str, Any] = {
         "settings": asdict(settings), "execution": trial.execution.describe(), "machine": machine(device),
         "counting": counting(settings), "build_s": build_s, "warmup_step_s": warmup,
@@ -270,7 +323,10 @@ def run_bench(settings: BenchSettings) -> dict[str, Any]:
     singles = [build(settings, 1)[0] for _ in range(settings.stack)] if settings.compare else []
     for single in singles:
         warm_up(single, settings.warmup)
-    round_steps = max(1, settings.steps // settings.rounds)
+        if settings.evaluate:
+            warm_up_evaluation(single)
+    round_steps = settings.round_steps
+    evaluations_before = trial.evaluations
     peaks = Peaks()
     measured = {"stack": Timing()}
     if singles:
@@ -300,6 +356,12 @@ def run_bench(settings: BenchSettings) -> dict[str, Any]:
         result["stack_speedup_cpu"] = cpu_stack / cpu_sep if cpu_sep and cpu_stack else None
     if settings.breakdown:
         result["breakdown"] = breakdown(trial, settings, result["matmul_peak_gflops"])
+    result["evaluation"] = {
+        "every": settings.eval_interval, "batches": settings.eval_batches,
+        "sequences": settings.eval_batches * settings.batch, "chunk": trial.eval_chunk,
+        "warmup_eval_s": warmup_eval, "measured": trial.evaluations - evaluations_before,
+    }
+    result["memory"] = memory(device)
     result["loadavg_start"] = [round(x, 2) for x in load_start]
     result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     return result

@@ -214,6 +214,7 @@ class TrainConfig(StrictModel):
     sync_every: PositiveInt | None = None  # steps between host reads of the losses; None: 1 on CPU, 16 on CUDA
     cuda_graphs: bool = False  # CUDA only: capture the whole step in one CUDA graph (implies deferred reads)
     micro_batch: PositiveInt | None = None  # sequences per forward/backward, gradients accumulated over the batch; None: all
+    deterministic: bool = False  # torch's deterministic algorithms + a fixed cuBLAS workspace: bit-identical reruns on CUDA (slower)
     vision: VisionConfig | None = None  # ViT: augmentation, mixup/cutmix, label smoothing (None: none of them; `recipe: deit`: DeiT's)
 
     @model_validator(mode="after")

@@ -4,12 +4,14 @@ The trainer (`trials.train.Trial`) decides *what* a step computes; this module d
 Every option computes the same training (the compiled paths agree with the eager one to float
 rounding, tested), and each is a `train` setting:
 
-- `compile: true` — *regional* compilation: each decoder block is compiled with
-  `nn.Module.compile()`. All blocks run the same code and keep their per-layer constants in
-  tensors, so Dynamo traces one block and every layer reuses the graph: compile time does not
-  grow with depth. The optimizer becomes `FlatStackedAdamW` with its update compiled (one graph
-  over 8-12 parameter groups, also depth-independent) and LRs, schedule factor and bias
-  corrections held in tensors, so a moving LR schedule never recompiles.
+- `compile: true` — *regional* compilation (`trials.compiled.compile_regions`): the blocks run
+  one compiled forward private to their model. All blocks run the same code and keep their
+  per-layer constants in tensors, so Dynamo traces one block and every layer reuses the graph:
+  compile time does not grow with depth. The optimizer becomes `FlatStackedAdamW` with its update
+  compiled (one graph over 8-12 parameter groups, also depth-independent) and LRs, schedule factor
+  and bias corrections held in tensors, so a moving LR schedule never recompiles. Each compiled
+  function has its own cache and recompile limit (`trials.compiled`): a new stack size, depth or
+  scheme in a reused Ray actor never meets a limit.
 - `fused_loss: true` (default) — the LM head and the cross-entropy in row chunks with gradients
   computed on the way (`trials.fused_loss`); LLaMA decoder only.
 - `sync_every: N` — the divergence check reads the K training losses back to the host every N
@@ -33,6 +35,7 @@ rounding, tested), and each is a `train` setting:
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,6 +51,8 @@ from trials.optim import StackedAdamW
 
 CUDA_SYNC_EVERY = 16
 GRAPH_WARMUP_STEPS = 2
+#: the graph pool over one step's transient working set (2 MiB allocator blocks, fragmentation between buffers)
+GRAPH_POOL_MARGIN = 1.1
 
 
 @dataclass(frozen=True)
@@ -92,14 +97,28 @@ def resolve_execution(train: TrainConfig, device: torch.device) -> Execution:
                      sync_every=int(sync_every), cuda_graphs=graphs, micro_batch=getattr(train, "micro_batch", None))
 
 
-def compile_regions(model: nn.Module) -> int:
-    """Compile each repeated block in place (regional compilation); returns how many were wrapped."""
-    blocks = getattr(model, "blocks", None)
-    if not isinstance(blocks, nn.ModuleList):
-        return 0
-    for block in blocks:
-        block.compile()
-    return len(blocks)
+@functools.cache
+def warmup_stream(device: torch.device) -> Any:
+    """The one side stream of this process (per device) on which CUDA-graph warm-up steps run: created
+    once, not per step (each new stream is a driver object and its own allocator pool)."""
+    return torch.cuda.Stream(device=device)
+
+
+def graph_pool_bytes(step_working_set_bytes: int) -> int:
+    """Estimate of a captured step's private memory pool: one step's transient working set (activations
+    of one micro-batch, the fused loss's chunk, the optimizer's temporaries; not the persistent weights,
+    gradients and moments, which live outside the pool), rounded up by `GRAPH_POOL_MARGIN` for the
+    allocator's block granularity. It is counted once: the eager warm-up's cached blocks are released
+    before the capture (`DeviceStep._capture`), and evaluation's transient memory is released after it."""
+    return int(math.ceil(step_working_set_bytes * GRAPH_POOL_MARGIN))
+
+
+def release_cached_memory(device: torch.device) -> None:
+    """CUDA: hand the allocator's cached, unused blocks back to the device (after an evaluation, before a
+    graph capture), so that the peak of a rare phase does not stay reserved and starve the other trials
+    sharing the GPU. Nothing to do on a CPU."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def make_optimizer(model: Any, lrs: list[float] | Tensor, train: TrainConfig, execution: Execution) -> Any:
@@ -167,6 +186,8 @@ class DeviceStep:
         self.opt = optimizer
         values = [math.nan if v is None else float(v) for v in init_losses]
         self.init_losses = torch.tensor(values, dtype=torch.float64, device=optimizer.lrs.device)
+        if self._graph is not None:
+            self._graph.reset()  # its private pool goes back to the allocator (the smaller stack captures anew)
         self._graph = None
         self._eager_steps = 0
         self._static = {}
@@ -203,7 +224,7 @@ class DeviceStep:
             return self._body(inputs, targets, extra).clone()
         if self._graph is None and self._eager_steps < GRAPH_WARMUP_STEPS:
             # Warm-up on a side stream (CUDA graph rule): kernels chosen, compile caches filled.
-            stream = torch.cuda.Stream()
+            stream = warmup_stream(self.opt.lrs.device)
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
                 losses = self._body(inputs, targets, extra).clone()
@@ -221,6 +242,9 @@ class DeviceStep:
         static_inputs, static_targets = inputs.clone(), targets.clone()
         graph = torch.cuda.CUDAGraph()
         torch.cuda.synchronize()
+        # The capture allocates the step's working set again, in the graph's private pool; the blocks the
+        # eager warm-up left cached would otherwise stay reserved beside it (twice the working set).
+        release_cached_memory(static_inputs.device)
         with torch.cuda.graph(graph):
             static_losses = self._body(static_inputs, static_targets, {})
         self._static = {"inputs": static_inputs, "targets": static_targets, "losses": static_losses}

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from trials.compiled import OPTIMIZER_RECOMPILE_LIMIT, compile_private
 from trials.optim import SpecLike
 
 
@@ -125,7 +126,7 @@ class FlatStackedAdamW:
         self.scalars = torch.ones(3, dtype=torch.float32, device=device)  # schedule factor, bias1, bias2_sqrt
         self.active = torch.ones(self.k, dtype=torch.bool, device=device)
         self.compiled = compile
-        self._fn: Callable[..., Tensor] = torch.compile(_update, fullgraph=True, dynamic=False) if compile else _update
+        self._fn: Callable[..., Tensor] = _update
         self._bind(specs, moments=None)
 
     # ---- layout ---------------------------------------------------------------------------------
@@ -156,6 +157,8 @@ class FlatStackedAdamW:
                 s.param.grad = grads[i]
             self.groups.append(FlatGroup([s.name for s in members], shape, lr_mult, eps_mult, decay, params, grads, m, v))
         self._settings = tuple((g.lr_mult, g.eps_mult, g.decay) for g in self.groups)
+        if self.compiled:  # one compiled update per layout, with its own cache (trials.compiled)
+            self._fn = compile_private(_update, fullgraph=True, recompile_limit=OPTIMIZER_RECOMPILE_LIMIT)
 
     def _tensors(self) -> list[tuple[Tensor, Tensor, Tensor, Tensor]]:
         return [(g.params, g.grads, g.exp_avg, g.exp_avg_sq) for g in self.groups]

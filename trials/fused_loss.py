@@ -18,6 +18,11 @@ autocast dtype and everything from the logits on in fp32, as `member_losses` doe
 
 `member_losses(model, inputs, targets)` uses it for the LLaMA decoder and falls back to the
 model's own `member_losses` for other families.
+
+`eval_sums(model, inputs, targets)` is the evaluation's no-grad path: the same row chunks, no
+gradient buffers, and sums (not means) of the loss and of correct top-1 predictions per member, so
+that an evaluation split into micro-batches adds up exactly. Its memory is one chunk of logits
+plus the no-grad forward of the micro-batch: below a training micro-step's, never `[K, B*T, V]`.
 """
 
 from __future__ import annotations
@@ -109,3 +114,42 @@ def member_losses(model: Any, inputs: Tensor, targets: Tensor, ignore_index: int
     k = h.shape[0]
     rows = chunk_rows(k, model.cfg.vocab, h.device)
     return LinearCrossEntropy.apply(h, model.head, targets.reshape(-1), ignore_index, rows)
+
+
+@torch.no_grad()
+def eval_sums(model: Any, inputs: Tensor, targets: Tensor, *, accuracy: bool = False,
+              ignore_index: int = -100) -> tuple[Tensor, Tensor | None, int]:
+    """Per member `[K]`: the sum over counted target positions of the cross-entropy (float64), the number
+    of correct top-1 predictions there (float64, or None without `accuracy`), and the number of counted
+    positions. LLaMA decoder: the head and the loss in row chunks (logits of one chunk at a time); other
+    families: the model's own loss and logits (for the inputs given, which the caller keeps small)."""
+    flat_targets = targets.reshape(-1)
+    valid = flat_targets != ignore_index
+    counted = int(valid.sum())
+    if not fused_applies(model):
+        losses = model.member_losses(inputs, targets, ignore_index)  # means over the counted positions
+        correct = None
+        if accuracy:
+            predicted = model(inputs).argmax(dim=-1).reshape(losses.shape[0], -1)  # [K, B*T]
+            correct = ((predicted == flat_targets) & valid).sum(dim=1).double()
+        return losses.double() * counted, correct, counted
+    h = model.final_hidden(inputs)
+    k = h.shape[0]
+    dtype = _compute_dtype(h)
+    rows = chunk_rows(k, model.cfg.vocab, h.device)
+    safe = torch.where(valid, flat_targets, torch.zeros_like(flat_targets))
+    loss_sum = torch.zeros(k, dtype=torch.float64, device=h.device)
+    correct_sum = torch.zeros(k, dtype=torch.float64, device=h.device) if accuracy else None
+    with torch.autocast(h.device.type, enabled=False):
+        w = model.head.to(dtype)
+        for start in range(0, h.shape[1], rows):
+            stop = min(h.shape[1], start + rows)
+            logits = torch.bmm(h[:, start:stop].to(dtype), w).float()  # [K, c, V]: the only chunk held
+            index = safe[start:stop].view(1, -1, 1).expand(k, -1, 1)
+            keep = valid[start:stop]
+            per_row = torch.logsumexp(logits, dim=-1) - logits.gather(-1, index).squeeze(-1)
+            loss_sum += (per_row * keep).sum(dim=1).double()
+            if correct_sum is not None:
+                hit = (logits.argmax(dim=-1) == safe[start:stop]) & keep
+                correct_sum += hit.sum(dim=1).double()
+    return loss_sum, correct_sum, counted

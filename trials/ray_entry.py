@@ -8,7 +8,9 @@ member's final weights. Every `StepReport` goes to `ray.tune.report(report.metri
 
 Start-up cost: this module imports neither torch nor Ray at import time; the first trial in an
 actor pays for them, and Ray's actor reuse keeps them, together with the opened corpus (cached by
-`trials.data`), for the next trial. Intra-op threads default to the CPUs Ray assigned the trial.
+`trials.data`), for the next trial. Threads and compile workers are capped at the CPUs Ray assigned
+the trial (`trials.cpu_share`), and torch's deterministic mode follows each trial's `train.deterministic`
+(it is process-wide, and a reused actor runs trials of either kind).
 (Inside Tune, report with `ray.tune.report`: `ray.train.report` raises there in Ray 2.60.)
 """
 
@@ -21,16 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from trials.spec import StepReport, TrialSpec
-
-
-def _assigned_cpus() -> int | None:
-    import ray
-
-    try:
-        cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
-    except Exception:  # not inside a Ray worker
-        return None
-    return max(1, int(cpus)) if cpus else None
 
 
 def _report_to_tune(report: StepReport) -> None:
@@ -65,14 +57,23 @@ def preload() -> None:
         import trials.train  # noqa: F401  (torch, models, data sources)
 
 
-def trainable(config: dict[str, Any]) -> None:
-    import torch
+def configure_process(spec: TrialSpec) -> dict[str, Any]:
+    """Before a trial is built in this Ray worker: threads and compile workers bounded by the trial's CPU
+    share, and the deterministic mode set to the trial's choice. Returns what was set (`cpu_share.readings`)."""
+    from trials.cpu_share import assigned_cpus, bound_to_share, readings
+    from trials.determinism import set_deterministic
 
+    cpus = assigned_cpus()
+    settings = bound_to_share(cpus, torch_threads=spec.train.threads) if cpus else readings()
+    set_deterministic(spec.train.deterministic)
+    return settings
+
+
+def trainable(config: dict[str, Any]) -> None:
     from trials.run import run_trial
 
     spec = TrialSpec.from_dict(config["spec"])
-    if spec.train.threads is None and (cpus := _assigned_cpus()):
-        torch.set_num_threads(cpus)
+    configure_process(spec)
     local = Path(tempfile.mkdtemp(prefix="trial-ckpt-"))
     try:
         _restore_into(local)

@@ -24,7 +24,7 @@ Outcome = Literal["ok", "diverged", "failed"]
 
 # Settings that change neither the numbers a trial computes nor its order of work: a checkpoint
 # written under one value resumes under another.
-_RESUME_NEUTRAL = ("report_every", "checkpoint_every", "threads", "device", "sync_every", "cuda_graphs")
+_RESUME_NEUTRAL = ("report_every", "checkpoint_every", "threads", "device", "sync_every", "cuda_graphs", "deterministic")
 
 
 def default_point_id(lr: float) -> str:

@@ -43,9 +43,12 @@ from trials.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoin
 from trials.data import check_vocab, open_source
 from trials.data.base import seed_words
 from trials.data.prefetch import Prefetcher
+from trials.determinism import set_deterministic
 from trials.divergence import DivergenceMonitor
-from trials.engine import DeviceStep, accumulate, compile_regions, make_optimizer, resolve_execution
+from trials.compiled import compile_regions
+from trials.engine import DeviceStep, accumulate, make_optimizer, release_cached_memory, resolve_execution
 from trials.errors import TrialInputError
+from trials.fused_loss import eval_sums
 from trials.fused_loss import member_losses as fused_member_losses
 from trials.schedule import LRSchedule, total_steps
 from trials.spec import PointResult, StepReport, TrialSpec
@@ -123,6 +126,8 @@ class Trial:
             raise TrialInputError("train.micro_batch: not for the vit family (its drop-path masks are drawn per batch); leave it unset")
         if train.threads:
             torch.set_num_threads(train.threads)
+        if train.deterministic:  # process-wide; trials.ray_entry sets it per trial in a reused actor
+            set_deterministic(True)
 
         k = spec.stack
         try:
@@ -157,6 +162,7 @@ class Trial:
         self.train_seconds = 0.0
         self.eval_loss: list[float | None] = [None] * k
         self.eval_step: list[int | None] = [None] * k
+        self.evaluations = 0  # evaluations run by this object (not restored from a checkpoint)
         self.accuracy: list[float | None] = [None] * k
         self.last_loss: list[float | None] = [None] * k
         self._interval_sum = [0.0] * k
@@ -346,27 +352,41 @@ class Trial:
         if self.device_step is not None:
             self.device_step.reset(self.opt, [self.monitor.members[m].init_loss for m in self.slots])
 
+    @property
+    def eval_chunk(self) -> int:
+        """Sequences per evaluation forward: a training micro-batch (the whole batch without one), so that an
+        evaluation never holds more than a training micro-step does."""
+        return self.spec.train.micro_batch or self.spec.train.batch_size
+
     @torch.no_grad()
     def evaluate(self) -> None:
-        """Mean held-out loss of every member in the stack (and top-1 accuracy for `objective: error`)."""
+        """Mean held-out loss of every member in the stack (and top-1 accuracy for `objective: error`).
+
+        In chunks of `eval_chunk` sequences through the fused loss's no-grad path (`fused_loss.eval_sums`):
+        one chunk of logits at a time, never the `[K, B*T, V]` logits of a whole evaluation batch."""
         if self.vision is not None:
             return self._evaluate_images()
         self.model.eval()
-        total = torch.zeros(len(self.slots), device=self.device)
-        correct = torch.zeros(len(self.slots), device=self.device)
+        k = len(self.slots)
+        total = torch.zeros(k, dtype=torch.float64, device=self.device)
+        correct = torch.zeros(k, dtype=torch.float64, device=self.device)
         counted = 0
         want_accuracy = self.spec.train.objective == "error"
+        chunk = self.eval_chunk
+        self.evaluations += 1
         for batch in self.eval_data:
-            inputs, targets = batch[:, :-1], batch[:, 1:]
-            with self._autocast():
-                total += self.model.member_losses(inputs, targets).float()
-                if want_accuracy:
-                    predicted = self.model(inputs).argmax(dim=-1)  # [K, B, T]
-                    correct += (predicted == targets.unsqueeze(0)).float().mean(dim=(1, 2))
-            counted += 1
+            for start in range(0, batch.shape[0], chunk):
+                part = batch[start:start + chunk]
+                with self._autocast():
+                    loss_sum, hits, n = eval_sums(self.model, part[:, :-1], part[:, 1:], accuracy=want_accuracy)
+                total += loss_sum
+                if hits is not None:
+                    correct += hits
+                counted += n
         self.model.train()
-        losses = (total / counted).cpu().tolist()
-        accuracy = (correct / counted).cpu().tolist()
+        losses = (total / max(1, counted)).float().cpu().tolist()
+        accuracy = (correct / max(1, counted)).float().cpu().tolist()
+        release_cached_memory(self.device)
         for i, m in enumerate(self.slots):
             if self.monitor.members[m].diverged:
                 continue
@@ -379,6 +399,7 @@ class Trial:
     def _evaluate_images(self) -> None:
         """ViT: mean cross-entropy (no smoothing) and top-1 accuracy over the held-out images."""
         self.model.eval()
+        self.evaluations += 1
         total = torch.zeros(len(self.slots), device=self.device)
         correct = torch.zeros(len(self.slots), device=self.device)
         images = 0
@@ -394,6 +415,7 @@ class Trial:
         self.model.train()
         losses_mean = (total / images).cpu().tolist()
         accuracy = (correct / images).cpu().tolist()
+        release_cached_memory(self.device)
         for i, m in enumerate(self.slots):
             if self.monitor.members[m].diverged:
                 continue

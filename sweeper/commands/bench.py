@@ -9,7 +9,8 @@ warm-up steps (reported apart: the first one compiles) and then `--steps` measur
 prints tokens/s (summed over the stack's members), model FLOP/s (6 N_matmul + 12 L T d per token,
 and the 6 N part alone), a dense matmul peak measured in the same run on the same device, dtype
 and threads, and their ratio; wall time and CPU time, and the load average (the machine may be
-shared). `--compare` trains K separate models and one K-stack in interleaved rounds and prints
+shared). The measured steps include evaluations as a trial runs them (one per round by default;
+`--no-eval` leaves them out). `--compare` trains K separate models and one K-stack in interleaved rounds and prints
 the stack's speed-up. `--json` prints everything as one JSON object.
 """
 
@@ -51,6 +52,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--sync-every", type=int, default=None, help="steps between host reads of the losses (default 1 cpu, 16 cuda)")
     p.add_argument("--cuda-graphs", action="store_true", help="capture the whole step in one CUDA graph (cuda only)")
     p.add_argument("--micro-batch", type=int, default=None, help="sequences per forward/backward (gradients accumulated)")
+    p.add_argument("--no-eval", action="store_true",
+                   help="measure training steps only (default: the measured steps include evaluations, as in a trial)")
+    p.add_argument("--eval-every", type=int, default=None,
+                   help="steps between evaluations (default: one per measured round, --steps / 5)")
+    p.add_argument("--eval-batches", type=int, default=1, help="held-out batches per evaluation (default 1)")
     p.add_argument("--cold-compile", action="store_true",
                    help="compile into an empty cache (the first step then shows the full compile time)")
     p.add_argument("--breakdown", action="store_true",
@@ -72,7 +78,9 @@ def _check(args: argparse.Namespace) -> None:
             raise UserError(f"--{name.replace('_', '-')}: must be >= 1 (got {value})")
     if args.steps < 5:
         raise UserError(f"--steps: must be >= 5 (got {args.steps}); they run in 5 rounds, a matmul peak before each")
-    for name in ("threads", "heads", "sync_every", "micro_batch"):
+    if args.eval_batches < 1:
+        raise UserError(f"--eval-batches: must be >= 1 (got {args.eval_batches})")
+    for name in ("threads", "heads", "sync_every", "micro_batch", "eval_every"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise UserError(f"--{name.replace('_', '-')}: must be >= 1 (got {value})")
@@ -134,7 +142,8 @@ def run(args: argparse.Namespace) -> int:
         batch=args.batch, vocab=args.vocab, threads=args.threads, steps=args.steps, warmup=args.warmup,
         fused_loss=not args.no_fused_loss, sync_every=args.sync_every, cuda_graphs=args.cuda_graphs,
         micro_batch=args.micro_batch, compare=args.compare, breakdown=args.breakdown,
-        rounds=5, data_path=args.data_path,
+        rounds=5, data_path=args.data_path, evaluate=not args.no_eval, eval_every=args.eval_every,
+        eval_batches=args.eval_batches,
     )
     try:
         result = run_bench(settings)
@@ -181,6 +190,13 @@ def print_result(result: dict[str, Any]) -> None:
     warm = ", ".join(f"{x:.2f}" for x in result["warmup_step_s"])
     compiled = f"; torch.compile {result['compile_s']:.1f} s" if result["compile_s"] else ""
     console.print(f"build {result['build_s']:.2f} s; warm-up steps (not measured) {warm} s{compiled}", highlight=False)
+    e = result["evaluation"]
+    if e["every"]:
+        console.print(
+            f"measured steps include {e['measured']} evaluations (every {e['every']} steps, {e['sequences']} sequences "
+            f"in chunks of {e['chunk']}); the first one (not measured) took {e['warmup_eval_s']:.2f} s", highlight=False)
+    else:
+        console.print("evaluation left out (--no-eval)", highlight=False)
     table = Table(header_style="bold")
     table.add_column("")
     runs = result["runs"]
