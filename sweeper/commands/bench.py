@@ -38,7 +38,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--heads", type=int, default=None, help="attention heads (default width / 32)")
     p.add_argument("--stack", type=int, default=1, help="learning rates trained as one stacked model (default 1)")
     p.add_argument("--compile", action="store_true", help="regional torch.compile of the blocks + compiled optimizer step")
-    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="cpu (default), or cuda (the default with --suite)")
     p.add_argument("--dtype", choices=["fp32", "bf16"], default=None, help="fp32, or bf16 autocast (default: fp32 on cpu, bf16 on cuda)")
     p.add_argument("--seq-len", type=int, default=128, help="tokens per sequence (default 128)")
     p.add_argument("--batch", type=int, default=8, help="sequences per step (default 8)")
@@ -68,6 +68,15 @@ def register(subparsers: Any) -> None:
                    help="train on (and with --data measure) a prepared corpus (`sweeper data prepare`) or token file; "
                         "--vocab defaults to its vocabulary")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    suite = p.add_argument_group("the GPU suite (every GPU check in one run; see `sweeper.commands.bench_suite`)")
+    suite.add_argument("--suite", choices=["gpu"], default=None,
+                       help="run every GPU check (throughput, CUDA graphs, stacking, MFU, memory model, determinism, "
+                            "a 600-step depth-48 trial, a sweep), each judged against its goal; other options are ignored")
+    suite.add_argument("--quick", action="store_true", help="with --suite: the same checks at small shapes (e.g. --device cpu)")
+    suite.add_argument("--out", help="with --suite: write the JSON here after every check (partial results survive a kill)")
+    suite.add_argument("--budget", type=float, default=None,
+                       help="with --suite: seconds the whole suite may take (default 480, quick 900)")
+    suite.add_argument("--address", help="with --suite: the Ray cluster the sweep check joins (default: a local Ray)")
     p.set_defaults(func=run)
 
 
@@ -125,6 +134,11 @@ def _data_config(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.suite:
+        return run_suite(args)
+    if args.quick or args.out or args.budget is not None or args.address:
+        raise UserError("--quick, --out, --budget and --address belong to --suite gpu")
+    args.device = args.device or "cpu"
     data = _data_config(args)
     _check(args)
     # Before torch loads: OpenMP's default spin-wait makes 2 threads 10-25x slower on a shared machine.
@@ -156,6 +170,46 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_result(result)
     return 0
+
+
+def run_suite(args: argparse.Namespace) -> int:
+    """`--suite gpu`: every check, each judged against its goal; exit 0 when none failed, errored or timed out."""
+    from pathlib import Path
+
+    from sweeper.commands.bench_suite import run_suite as run_checks
+
+    device = args.device or "cuda"
+    if device == "cuda" and not args.quick:
+        import torch  # only to refuse early: the full suite needs the GPU it measures
+
+        if not torch.cuda.is_available():
+            raise UserError("--suite gpu: torch sees no CUDA device; give --device cpu --quick for the small CPU run")
+    if args.budget is not None and not args.budget > 0:
+        raise UserError(f"--budget: must be > 0 seconds (got {args.budget})")
+    out = Path(args.out) if args.out else None
+    if out is not None and not out.parent.is_dir():
+        raise UserError(f"--out {args.out}: the folder {out.parent} does not exist")
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    result = run_checks(device, args.quick, out, args.budget, args.address)
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        print_suite(result)
+    return 0 if result["ok"] else 1
+
+
+def print_suite(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"GPU suite on {result['device']}{' (quick)' if result['quick'] else ''}: "
+                        f"{result['seconds']:.0f} s of {result['budget_s']:.0f}", header_style="bold", title_justify="left")
+    for column in ("check", "status", "goal", "seconds"):
+        table.add_column(column)
+    for name, check in result["checks"].items():
+        seconds = check.get("seconds")
+        table.add_row(name, str(check.get("status")), str(check.get("goal", "")), f"{seconds:.0f}" if seconds else "")
+    Console().print(table)
 
 
 def _si(x: float, unit: str) -> str:

@@ -1,0 +1,638 @@
+"""`sweeper bench --suite gpu`: every GPU check in one command, judged against its goal, as one JSON.
+
+    sweeper bench --suite gpu --json --out suite.json               # one H200: at most 8 minutes
+    sweeper bench --suite gpu --device cpu --quick --json           # the same checks at small shapes
+
+Checks (full suite: one CUDA device, width 128, bf16, compiled, evaluations included):
+
+| check | what runs | goal |
+|---|---|---|
+| `shape/L48/K1` ... `shape/L512/K8` | `sweeper bench` of depths 48 and 512, stacks 1 and 8 | trains, evaluates |
+| `graphs/L48/K8` | the same as `shape/L48/K8` with `cuda_graphs: true` | tokens/s >= 0.95x without |
+| `stacked_vs_separate` | tokens/s of the K=8 stack / of 8 separate models (one K=1 model's tokens/s: they run in turn) | >= 5x at each depth |
+| `mfu` | model FLOP/s at depth 512, K=8 / the device's dense bf16 peak | >= 0.25 |
+| `memory_model` | each shape's peak memory (allocator peak + CUDA context) / `stack: auto`'s prediction | <= 1 |
+| `determinism`, `determinism_compiled` | `train.deterministic`: a trial run twice, and stopped and resumed | bit-identical |
+| `long_trial` | 600 steps at depth 48 with `sweeps/depth.yaml`'s batch, micro-batch and evaluation, `TORCH_LOGS=recompiles` | all steps, 2 evaluations, no recompile-limit hit, <= 4 recompiles, loss falls, memory <= prediction |
+| `sweep` | `sweeper launch` of a depth.yaml-shaped YAML (synthetic data, fractional GPUs, `stack: auto`) | finishes, no failed cell, >= 2 trials share the GPU |
+| `cuda_tests` | the test suite's CUDA-only tests (`pytest -k cuda`) | all pass |
+
+Every check runs in a child process with its own time limit (the trial-side ones in a
+`trials.suite` worker; a check past its limit is killed and the worker restarted for the rest), so
+one crash or hang never stops the others: it is reported as `error` or `timeout`. The JSON is
+rewritten after every check (`--out`), progress goes to stderr, and the suite keeps within
+`--budget` seconds: it reserves time for the sweep and the long trial (which run side by side at the
+end) and skips what no longer fits. Statuses: `pass` / `fail` (against the goal), `error`,
+`timeout`, `skipped` (does not apply here, or no time left), `ran` (finished; the goal is for a GPU).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+GOAL_STACK_SPEEDUP = 5.0
+GOAL_MFU = 0.25
+GOAL_GRAPH_RATIO = 0.95
+GOAL_MAX_RECOMPILES = 4
+FULL_BUDGET_S = 480
+QUICK_BUDGET_S = 900  # generous: a shared 2-core machine; unloaded, the quick suite takes under 2 minutes
+PROGRESS = "[suite]"
+
+
+@dataclasses.dataclass
+class Check:
+    name: str
+    kind: str
+    params: dict[str, Any]
+    timeout_s: float
+    goal: str
+
+
+@dataclasses.dataclass
+class Shape:
+    depth: int
+    stack: int
+    batch: int
+    micro_batch: int
+
+
+@dataclasses.dataclass
+class SuiteConfig:
+    """Sizes of one suite run: the H200 figures, or small ones for a CPU (`--quick`)."""
+
+    device: str
+    quick: bool
+    width: int
+    heads: int
+    seq_len: int
+    vocab: int
+    dtype: str
+    shapes: list[Shape]
+    bench_steps: int
+    bench_warmup: int
+    shape_timeout_s: float
+    long_trial: dict[str, Any]
+    long_timeout_s: float
+    sweep_timeout_s: float
+    budget_s: float
+    method: str = "layerrope"
+
+    @classmethod
+    def make(cls, device: str, quick: bool, budget_s: float | None) -> SuiteConfig:
+        if not quick:
+            shapes = [Shape(48, 8, 64, 16), Shape(48, 1, 64, 16), Shape(512, 8, 32, 8), Shape(512, 1, 32, 8)]
+            long_trial = {"width": 128, "depth": 48, "heads": 4, "seq_len": 256, "vocab": 32100, "batch_size": 512,
+                          "micro_batch": 16, "eval_every": 500, "eval_batches": 40, "steps": 600, "stack": 2,
+                          "dtype": "bf16", "compile": True, "tokens": 2_000_000, "report_every": 50}
+            return cls(device, quick, 128, 4, 256, 32100, "bf16", shapes, 10, 3, 90.0, long_trial, 240.0, 180.0,
+                       budget_s or FULL_BUDGET_S)
+        shapes = [Shape(2, 8, 8, 4), Shape(2, 1, 8, 4), Shape(4, 8, 8, 4), Shape(4, 1, 8, 4)]
+        long_trial = {"width": 32, "depth": 4, "heads": 2, "seq_len": 32, "vocab": 256, "batch_size": 16,
+                      "micro_batch": 4, "eval_every": 50, "eval_batches": 4, "steps": 60, "stack": 2,
+                      "dtype": "bf16" if device == "cuda" else "fp32", "compile": True, "tokens": 65536, "report_every": 20}
+        return cls(device, quick, 32, 2, 32, 256, "bf16" if device == "cuda" else "fp32", shapes, 5, 2, 240.0,
+                   long_trial, 300.0, 300.0, budget_s or QUICK_BUDGET_S)
+
+    def shape_name(self, shape: Shape) -> str:
+        return f"shape/L{shape.depth}/K{shape.stack}"
+
+    def bench_params(self, shape: Shape, **extra: Any) -> dict[str, Any]:
+        return {"method": self.method, "width": self.width, "depth": shape.depth, "heads": self.heads, "stack": shape.stack,
+                "compile": True, "device": self.device, "dtype": self.dtype, "seq_len": self.seq_len, "batch": shape.batch,
+                "vocab": self.vocab, "steps": self.bench_steps, "warmup": self.bench_warmup, "micro_batch": shape.micro_batch,
+                "eval_every": self.bench_steps, "eval_batches": 1, **extra}
+
+
+# ---- the report --------------------------------------------------------------------------------------
+
+
+class Report:
+    """The suite's JSON, rewritten (atomically) after every change when `out` is given."""
+
+    def __init__(self, cfg: SuiteConfig, out: Path | None) -> None:
+        self.out = out
+        self.started = time.monotonic()
+        self.data: dict[str, Any] = {
+            "suite": "gpu", "device": cfg.device, "quick": cfg.quick, "budget_s": cfg.budget_s,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "finished": False, "checks": {},
+        }
+        self.write()
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def record(self, name: str, **fields: Any) -> None:
+        self.data["checks"].setdefault(name, {}).update(fields)
+        status = fields.get("status")
+        if status:
+            note = fields.get("note") or fields.get("error") or ""
+            print(f"{PROGRESS} {name}: {status.upper()}{' - ' + str(note)[:200] if note else ''} "
+                  f"({self.elapsed():.0f} s elapsed)", file=sys.stderr, flush=True)
+        self.write()
+
+    def finish(self) -> dict[str, Any]:
+        statuses = [c.get("status") for c in self.data["checks"].values()]
+        counts = {s: statuses.count(s) for s in sorted({s for s in statuses if s})}
+        self.data.update(finished=True, seconds=self.elapsed(), counts=counts,
+                         ok=not any(s in ("fail", "error", "timeout") for s in statuses))
+        self.write()
+        return self.data
+
+    def write(self) -> None:
+        self.data["seconds"] = self.elapsed()
+        if self.out is None:
+            return
+        tmp = self.out.with_name(f".{self.out.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(self.data, indent=2, default=str))
+        tmp.replace(self.out)
+
+
+# ---- child processes -------------------------------------------------------------------------------
+
+
+def _forward(stream: Any, sink: list[str], log: Path | None) -> None:
+    """Copy a child's stderr to ours (progress lines) and keep it for the checks that read it."""
+    handle = log.open("a") if log else None
+    try:
+        for line in iter(stream.readline, ""):
+            sink.append(line)
+            if handle:
+                handle.write(line)
+            if line.startswith(("[suite", "Traceback")) or "Error" in line[:40]:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+    finally:
+        if handle:
+            handle.close()
+
+
+def _start(cmd: list[str], env: dict[str, str], log: Path | None, stdout: Any = subprocess.DEVNULL) -> tuple[subprocess.Popen, list[str]]:
+    proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    lines: list[str] = []
+    threading.Thread(target=_forward, args=(proc.stderr, lines, log), daemon=True).start()
+    return proc, lines
+
+
+def _stop(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """SIGINT first (a sweep shuts its Ray down), then SIGKILL to the whole process group."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _child_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+class Worker:
+    """Runs trial-side checks in `python -m trials.suite` processes, each check within its time limit."""
+
+    def __init__(self, report: Report, folder: Path, env: dict[str, str] | None = None, log: Path | None = None) -> None:
+        self.report, self.folder, self.env, self.log = report, folder, env or _child_env(), log
+        self.results: dict[str, dict[str, Any]] = {}
+        self.stderr: list[str] = []
+
+    def run(self, checks: list[Check], deadline: Callable[[Check], float]) -> None:
+        pending = list(checks)
+        attempt = 0
+        while pending:
+            attempt += 1
+            plan = self.folder / f"plan-{pending[0].name.replace('/', '_')}-{attempt}.json"
+            results = plan.with_suffix(".jsonl")
+            plan.write_text(json.dumps({"checks": [dataclasses.asdict(c) for c in pending]}))
+            proc, lines = _start([sys.executable, "-m", "trials.suite", str(plan), str(results)], self.env, self.log)
+            pending = self._watch(proc, results, pending, deadline)
+            self.stderr.extend(lines)
+
+    def _watch(self, proc: subprocess.Popen, results: Path, pending: list[Check], deadline: Callable[[Check], float]) -> list[Check]:
+        """Follow one worker until it ends or a check outlives its limit; returns the checks still to run."""
+        by_name = {c.name: c for c in pending}
+        done: set[str] = set()
+        current: Check | None = None
+        current_start = time.monotonic()
+        limit = 0.0
+        read = 0
+        while True:
+            exited = proc.poll() is not None
+            records, read = _read_new(results, read)
+            for record in records:
+                check = by_name[record["name"]]
+                if record["event"] == "start":
+                    current, current_start = check, time.monotonic()
+                    limit = deadline(check)
+                    self.report.record(check.name, status=None, goal=check.goal, started_at_s=round(self.report.elapsed(), 1),
+                                       limit_s=round(limit, 1))
+                else:
+                    self.results[check.name] = record
+                    done.add(check.name)
+                    current = None
+            if exited and not records:
+                break
+            if current is not None and time.monotonic() - current_start > limit:
+                _stop(proc, grace_s=2.0)
+                self.results[current.name] = {"status": "timeout", "seconds": time.monotonic() - current_start,
+                                              "error": f"no result within its limit of {limit:.0f} s"}
+                done.add(current.name)
+                return [c for c in pending if c.name not in done]
+            time.sleep(0.2)
+        if current is not None:  # the worker died inside a check (a crash no exception could catch)
+            self.results[current.name] = {"status": "error", "seconds": time.monotonic() - current_start,
+                                          "error": f"the worker process died (exit code {proc.returncode})"}
+            done.add(current.name)
+        rest = [c for c in pending if c.name not in done]
+        if rest and current is None and proc.returncode != 0:  # died before starting the next check
+            first = rest.pop(0)
+            self.results[first.name] = {"status": "error", "seconds": 0.0,
+                                        "error": f"the worker process exited with code {proc.returncode} before it"}
+        return rest
+
+
+def _read_new(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
+    if not path.exists():
+        return [], offset
+    with path.open() as f:
+        f.seek(offset)
+        text = f.read()
+    complete = text[: text.rfind("\n") + 1]
+    records = [json.loads(line) for line in complete.splitlines() if line.strip()]
+    return records, offset + len(complete.encode())
+
+
+# ---- goals -------------------------------------------------------------------------------------------
+
+
+def _judge(ok: bool, on_gpu: bool) -> str:
+    if not on_gpu:
+        return "ran"
+    return "pass" if ok else "fail"
+
+
+def _outcome(record: dict[str, Any]) -> tuple[str | None, dict[str, Any] | None]:
+    """(a status that ends the judgement: error/timeout/skipped, or None) and the result."""
+    status = record.get("status")
+    if status == "done":
+        return None, record["result"]
+    return status or "error", None
+
+
+def _count_recompiles(lines: list[str]) -> dict[str, int]:
+    text = "".join(lines)
+    return {"recompiles": len(re.findall(r"Recompiling function", text)),
+            "recompile_limit_hits": len(re.findall(r"hit config\.\w*recompile_limit", text))}
+
+
+# ---- the memory model (stack: auto) --------------------------------------------------------------------
+
+
+def _cell_for(cfg: SuiteConfig, folder: Path, *, depth: int, batch: int, micro_batch: int, name: str) -> Any:
+    """The planner's cell for one shape: a one-cell sweep file, validated and planned as `sweeper launch` does."""
+    from sweeper.planner import build_plan
+    from sweeper.schema import load_sweep
+
+    on_gpu = cfg.device == "cuda"
+    sweep = {
+        "name": name, "methods": [cfg.method],
+        "model": {"family": "llama", "width": cfg.width, "heads": cfg.heads, "depths": [depth], "seq_len": cfg.seq_len,
+                  "vocab": cfg.vocab},
+        "data": {"source": "synthetic", "synthetic_vocab": cfg.vocab},
+        "train": {"steps": 10, "batch_size": batch, "micro_batch": micro_batch, "device": cfg.device, "dtype": cfg.dtype,
+                  "compile": True},
+        "resources": {"cpu": 1, **({"gpu": 1} if on_gpu else {})},
+        "output": str(folder / name),
+    }
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps(sweep))
+    plan = build_plan(load_sweep(path).config, source=path)
+    return plan.cells[0]
+
+
+def predicted_trial_bytes(cell: Any, stack: int) -> int:
+    """What `stack: auto`'s model (`sweeper.planner.auto_stack`) says a trial of `stack` members of `cell`
+    needs, read back from the function itself: the smallest memory budget at which it grants 2 members,
+    and 3, give the per-member bytes and the per-trial bytes it counts."""
+    from sweeper.planner import auto_stack
+
+    def threshold(k: int) -> float:
+        low, high = 1.0, float(2**52)
+        for _ in range(80):
+            mid = (low + high) / 2
+            granted = auto_stack(dataclasses.replace(cell, memory_gb=mid / 2**30), k, k, None, 1)
+            low, high = (low, mid) if granted >= k else (mid, high)
+        return high
+
+    two, three = threshold(2), threshold(3)
+    per_member = three - two
+    per_trial = two - 2 * per_member
+    return int(round(per_trial + stack * per_member))
+
+
+def _footprint(memory: dict[str, Any]) -> int | None:
+    if "peak_reserved_bytes" in memory:
+        return int(memory["peak_reserved_bytes"] + memory.get("context_bytes", 0))
+    return None
+
+
+# ---- the sweep ---------------------------------------------------------------------------------------
+
+
+def sweep_yaml(cfg: SuiteConfig, folder: Path, address: str | None) -> tuple[dict[str, Any], bool]:
+    """A depth.yaml-shaped sweep on synthetic data; (sweep, whether GPU fractions are asked for)."""
+    on_gpu = cfg.device == "cuda"
+    fractions = on_gpu or address is None  # a CPU run without a cluster declares one GPU to its own Ray
+    if cfg.quick:
+        model = {"family": "llama", "width": 32, "heads": 2, "depths": [1, 2], "seq_len": 32, "vocab": 256}
+        train = {"steps": 40, "batch_size": 8, "micro_batch": 4, "eval_every": 20, "eval_batches": 2, "report_every": 10,
+                 "checkpoint_every": 1000, "device": cfg.device, "dtype": cfg.dtype, "compile": on_gpu,
+                 "schedule": {"warmup": 0.1, "decay": "cosine", "final_fraction": 0.1}}
+        data = {"source": "synthetic", "synthetic_vocab": 256, "synthetic_tokens": 65536}
+        lr = {"center": 1.0e-2, "points": 4, "factor": 4.0, "refine": False, "bounds": [1.0e-4, 1.0], "max_points": 6}
+        rules = [{"max_depth": 1, "gpu": 0.25}, {"max_depth": 2, "gpu": 0.25}]
+    else:
+        model = {"family": "llama", "width": 128, "heads": 4, "depths": [8, 16], "seq_len": 256, "vocab": 32100}
+        train = {"steps": 150, "batch_size": 64, "micro_batch": 16, "eval_every": 75, "eval_batches": 4, "report_every": 25,
+                 "checkpoint_every": 1000, "device": "cuda", "dtype": "bf16", "compile": True,
+                 "schedule": {"warmup": 0.05, "decay": "cosine", "final_fraction": 0.1}}
+        data = {"source": "synthetic", "synthetic_vocab": 32100, "synthetic_tokens": 2_000_000}
+        lr = {"center": 3.0e-3, "points": 4, "factor": 4.0, "refine": False, "bounds": [1.0e-5, 0.3], "max_points": 6}
+        rules = [{"max_depth": 8, "gpu": 0.125}, {"max_depth": 16, "gpu": 0.25}]
+    sweep: dict[str, Any] = {
+        "name": "suite-sweep", "description": "the GPU suite's depth.yaml-shaped sweep (synthetic data)",
+        "methods": ["pre", "layerrope"], "model": model, "seeds": [0], "data": data, "train": train, "lr": lr,
+        "divergence": {"ema": 0.9, "init_loss_margin": 0.0, "spike_factor": 1.5, "spike_patience": 50},
+        "resources": {"cpu": 1, **({"gpu": 0.125, "by_size": rules} if fractions else {})},
+        "stack": "auto", "max_stack": 8, "concurrency": "auto", "retries": 1, "output": str(folder / "sweep"),
+    }
+    if address is None:
+        sweep["ray"] = {"num_cpus": 4 if cfg.quick else 16, **({"num_gpus": 1} if fractions else {})}
+    return sweep, fractions
+
+
+def run_sweep(cfg: SuiteConfig, folder: Path, address: str | None, limit: float, report: Report) -> None:
+    name = "sweep"
+    sweep, fractions = sweep_yaml(cfg, folder, address)
+    goal = "finishes, every cell bracketed/edge/diverged (none failed)" + (", >= 2 trials share a GPU" if fractions else "")
+    path = folder / "suite-sweep.json"
+    path.write_text(json.dumps(sweep, indent=1))
+    cmd = [sys.executable, "-m", "sweeper.cli", "launch", str(path), "--json", *(["--address", address] if address else [])]
+    report.record(name, goal=goal, started_at_s=round(report.elapsed(), 1), limit_s=round(limit, 1), yaml=sweep)
+    started = time.monotonic()
+    with (folder / "sweep.stdout").open("w") as out:
+        proc, lines = _start(cmd, _child_env(), folder / "sweep.stderr", stdout=out)
+        _wait(proc, limit)
+    seconds = time.monotonic() - started
+    text = (folder / "sweep.stdout").read_text()
+    if proc.returncode is None or seconds > limit:
+        report.record(name, status="timeout", seconds=seconds, error=f"no result within its limit of {limit:.0f} s")
+        return
+    try:
+        summary = json.loads(text[text.index("{"):])
+    except ValueError:
+        tail = "".join(lines[-15:])
+        report.record(name, status="error", seconds=seconds, error=f"sweeper launch exited {proc.returncode}: {tail[-1500:]}")
+        return
+    counts = summary.get("counts", {})
+    unfinished = {k: v for k, v in counts.items() if k not in ("bracketed", "edge", "diverged") and v}
+    slots = int(summary.get("slots", 0))
+    ok = proc.returncode == 0 and not summary.get("interrupted") and not unfinished and (slots >= 2 or not fractions)
+    report.record(name, status="pass" if ok else "fail", seconds=seconds, exit_code=proc.returncode, counts=counts,
+                  slots=slots, gpu_fractions=fractions, points_finished=summary.get("points_finished"),
+                  trials=summary.get("trials"), utilisation=summary.get("utilisation"),
+                  wall_seconds=summary.get("wall_seconds"), note=None if ok else f"counts {counts}, slots {slots}")
+
+
+def _wait(proc: subprocess.Popen, limit: float) -> None:
+    try:
+        proc.wait(limit)
+    except subprocess.TimeoutExpired:
+        _stop(proc, grace_s=20.0)
+
+
+# ---- the suite -----------------------------------------------------------------------------------------
+
+
+def run_suite(device: str, quick: bool, out: Path | None, budget_s: float | None, address: str | None) -> dict[str, Any]:
+    cfg = SuiteConfig.make(device, quick, budget_s)
+    report = Report(cfg, out)
+    on_gpu = device == "cuda"
+    folder = Path(tempfile.mkdtemp(prefix="sweeper-suite-"))
+    print(f"{PROGRESS} {'quick ' if quick else ''}suite on {device}, budget {cfg.budget_s:.0f} s; work folder {folder}",
+          file=sys.stderr, flush=True)
+    try:
+        _run(cfg, report, folder, on_gpu, address)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return report.finish()
+
+
+def _run(cfg: SuiteConfig, report: Report, folder: Path, on_gpu: bool, address: str | None) -> None:
+    reserve = max(cfg.long_timeout_s, cfg.sweep_timeout_s) if not cfg.quick else 0.0
+    if not cfg.quick:  # the end phase needs its time on the device; the sequential checks share what is left
+        reserve = min(reserve, cfg.budget_s * 0.4)
+
+    def deadline(check: Check) -> float:
+        return max(1.0, min(check.timeout_s, cfg.budget_s - reserve - report.elapsed()))
+
+    # 1. Trial-side checks, one at a time (throughput is measured alone on the device).
+    shape_checks = [Check(cfg.shape_name(s), "train", cfg.bench_params(s), cfg.shape_timeout_s, "trains and evaluates")
+                    for s in cfg.shapes]
+    first = cfg.shapes[0]
+    graphs = Check(f"graphs/L{first.depth}/K{first.stack}", "train", cfg.bench_params(first, cuda_graphs=True),
+                   cfg.shape_timeout_s, f"tokens/s >= {GOAL_GRAPH_RATIO}x the same shape without CUDA graphs")
+    det_params = {"device": cfg.device, "dtype": cfg.dtype}
+    determinism = [Check("determinism", "determinism", det_params, 120.0, "bit-identical rerun and resume")]
+    if on_gpu:
+        determinism.append(Check("determinism_compiled", "determinism", {**det_params, "compile": True}, 120.0,
+                                 "bit-identical rerun and resume"))
+    sequential = [*shape_checks, graphs, *determinism]
+    worker = Worker(report, folder)
+    worker.run(sequential, deadline)
+    for check in sequential:
+        record = worker.results.get(check.name, {"status": "skipped", "error": "no time left in the budget"})
+        _record_trial_check(report, check, record, on_gpu)
+    _judge_graphs(report, graphs.name, cfg.shape_name(first), on_gpu)
+    _judge_derived(cfg, report, folder, worker.results, on_gpu)
+
+    # 2. The sweep and the long trial, side by side (neither measures speed).
+    left = cfg.budget_s - report.elapsed()
+    long_params = {**cfg.long_trial, "device": cfg.device, "scheme": cfg.method}
+    long_check = Check("long_trial", "long_trial", long_params, min(cfg.long_timeout_s, left),
+                       f"all steps, 2 evaluations, no recompile-limit hit, <= {GOAL_MAX_RECOMPILES} recompiles, "
+                       "loss falls, memory <= stack: auto's prediction")
+    long_log = folder / "long_trial.stderr"
+    long_worker = Worker(report, folder, _child_env(TORCH_LOGS="recompiles"), long_log)
+    thread = threading.Thread(target=long_worker.run, args=([long_check], lambda c: c.timeout_s), daemon=True)
+    thread.start()
+    run_sweep(cfg, folder, address, max(1.0, min(cfg.sweep_timeout_s, left)), report)
+    thread.join()
+    _judge_long_trial(cfg, report, folder, long_check, long_worker, on_gpu)
+
+    # 3. The test suite's CUDA tests, with what is left.
+    left = cfg.budget_s - report.elapsed()
+    if not on_gpu:
+        report.record("cuda_tests", goal="all pass", status="skipped", error="no CUDA device")
+    elif left < 30:
+        report.record("cuda_tests", goal="all pass", status="skipped", error="no time left in the budget")
+    else:
+        _run_cuda_tests(report, left)
+
+
+def _record_trial_check(report: Report, check: Check, record: dict[str, Any], on_gpu: bool) -> None:
+    status, result = _outcome(record)
+    fields: dict[str, Any] = {"goal": check.goal, "seconds": record.get("seconds")}
+    if result is None:
+        report.record(check.name, status=status, error=record.get("error"), traceback=record.get("traceback"), **fields)
+        return
+    if check.kind == "determinism":
+        ok = bool(result["rerun_bit_identical"] and result["resume_bit_identical"])
+        report.record(check.name, status="pass" if ok else "fail", result=result, **fields)
+    elif check.name.startswith("graphs/"):
+        report.record(check.name, result=result, **fields)  # judged against its shape below
+    else:
+        ok = result["evaluation"]["measured"] >= 1 and result["tokens_per_s"] > 0
+        report.record(check.name, status="pass" if ok else "fail", result=result, **fields)
+
+
+def _result(report: Report, name: str) -> dict[str, Any] | None:
+    check = report.data["checks"].get(name, {})
+    return check.get("result") if check.get("status") in ("pass", "fail", "ran", None) else None
+
+
+def _judge_graphs(report: Report, name: str, base: str, on_gpu: bool) -> None:
+    check = report.data["checks"].get(name, {})
+    if check.get("status") in ("error", "timeout", "skipped"):
+        return
+    graph, plain = check.get("result"), _result(report, base)
+    if graph is None or plain is None:
+        report.record(name, status="error", error=f"needs {base}'s result")
+        return
+    ratio = graph["tokens_per_s"] / plain["tokens_per_s"]
+    report.record(name, status=_judge(ratio >= GOAL_GRAPH_RATIO, on_gpu), ratio_to_without=ratio)
+
+
+def _judge_derived(cfg: SuiteConfig, report: Report, folder: Path, results: dict[str, Any], on_gpu: bool) -> None:
+    # Stacked vs separate: K separate models train one after another, so together they reach one K=1 model's tokens/s.
+    goal = f"K={max(s.stack for s in cfg.shapes)} stack >= {GOAL_STACK_SPEEDUP}x the tokens/s of as many separate models"
+    speedups: dict[str, float] = {}
+    missing = []
+    for depth in sorted({s.depth for s in cfg.shapes}):
+        stacked = [s for s in cfg.shapes if s.depth == depth and s.stack > 1]
+        single = [s for s in cfg.shapes if s.depth == depth and s.stack == 1]
+        if not stacked or not single:
+            continue
+        a, b = _result(report, cfg.shape_name(stacked[0])), _result(report, cfg.shape_name(single[0]))
+        if a is None or b is None:
+            missing.append(f"L{depth}")
+            continue
+        speedups[f"L{depth}"] = a["tokens_per_s"] / b["tokens_per_s"]
+    if missing or not speedups:
+        report.record("stacked_vs_separate", goal=goal, status="error", speedup=speedups,
+                      error=f"a shape it compares did not finish: {', '.join(missing)}")
+    else:
+        report.record("stacked_vs_separate", goal=goal, speedup=speedups,
+                      status=_judge(all(v >= GOAL_STACK_SPEEDUP for v in speedups.values()), on_gpu),
+                      method="tokens/s of the stack / tokens/s of one K=1 model with the same settings")
+
+    # MFU at the deepest shape with the largest stack.
+    deepest = max(cfg.shapes, key=lambda s: (s.depth, s.stack))
+    res = _result(report, cfg.shape_name(deepest))
+    goal = f"MFU >= {GOAL_MFU} at width {cfg.width}, depth {deepest.depth}, K={deepest.stack}"
+    if res is None:
+        report.record("mfu", goal=goal, status="error", error=f"{cfg.shape_name(deepest)} did not finish")
+    elif res["mfu"] is None:
+        report.record("mfu", goal=goal, status="ran" if not on_gpu else "fail", fraction_of_measured_peak=res["fraction_of_measured_peak"],
+                      note="no nominal bf16 peak known for this device: the fraction of the matmul peak measured in the run")
+    else:
+        report.record("mfu", goal=goal, status=_judge(res["mfu"] >= GOAL_MFU, on_gpu), mfu=res["mfu"],
+                      fraction_of_measured_peak=res["fraction_of_measured_peak"], device=res["device"])
+
+    # Peak memory of each shape against stack: auto's model.
+    rows: dict[str, Any] = {}
+    ok = True
+    try:
+        for shape in cfg.shapes:
+            res = _result(report, cfg.shape_name(shape))
+            cell = _cell_for(cfg, folder, depth=shape.depth, batch=shape.batch, micro_batch=shape.micro_batch,
+                             name=f"memory-L{shape.depth}")
+            predicted = predicted_trial_bytes(cell, shape.stack)
+            row: dict[str, Any] = {"predicted_bytes": predicted}
+            if res is not None:
+                row.update(res["memory"])
+                used = _footprint(res["memory"])
+                if used is not None:
+                    row["footprint_bytes"], row["ratio"] = used, used / predicted
+                    ok = ok and used <= predicted
+            rows[cfg.shape_name(shape)] = row
+    except Exception as exc:  # the planner refused a shape: that is this check's finding
+        report.record("memory_model", goal="peak memory <= stack: auto's prediction", status="error",
+                      error=f"{type(exc).__name__}: {exc}", shapes=rows)
+        return
+    report.record("memory_model", goal="peak memory (allocator peak + CUDA context) <= stack: auto's prediction",
+                  status=_judge(ok, on_gpu), shapes=rows)
+
+
+def _judge_long_trial(cfg: SuiteConfig, report: Report, folder: Path, check: Check, worker: Worker, on_gpu: bool) -> None:
+    record = worker.results.get(check.name, {"status": "error", "error": "no result"})
+    status, result = _outcome(record)
+    counted = _count_recompiles(worker.stderr)
+    fields: dict[str, Any] = {"goal": check.goal, "seconds": record.get("seconds"), **counted}
+    if result is None:
+        report.record(check.name, status=status, error=record.get("error"), traceback=record.get("traceback"), **fields)
+        return
+    p = cfg.long_trial
+    try:
+        cell = _cell_for(cfg, folder, depth=p["depth"], batch=p["batch_size"], micro_batch=p["micro_batch"], name="memory-long")
+        predicted = predicted_trial_bytes(cell, p["stack"])
+    except Exception as exc:
+        predicted, fields["prediction_error"] = None, f"{type(exc).__name__}: {exc}"
+    used = _footprint(result["memory"])
+    learned = all(loss is not None and init is not None and loss < init for loss, init in zip(result["losses"], result["init_losses"]))
+    ok_run = (result["steps"] == p["steps"] and result["evaluations"] >= 2 and all(o == "ok" for o in result["outcomes"])
+              and counted["recompile_limit_hits"] == 0 and counted["recompiles"] <= GOAL_MAX_RECOMPILES and learned)
+    ok_memory = used is None or (predicted is not None and used <= predicted)
+    status = ("pass" if ok_run and ok_memory else "fail") if on_gpu else ("ran" if ok_run else "fail")
+    report.record(check.name, status=status, result=result, predicted_bytes=predicted, footprint_bytes=used,
+                  learned=learned, **fields)
+
+
+def _run_cuda_tests(report: Report, limit: float) -> None:
+    name = "cuda_tests"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/trials/test_compile.py", "-k", "cuda"]
+    report.record(name, goal="all pass", started_at_s=round(report.elapsed(), 1), limit_s=round(limit, 1))
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_child_env(),
+                            start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        _stop(proc, grace_s=2.0)
+        report.record(name, status="timeout", seconds=time.monotonic() - started, error=f"no result within {limit:.0f} s")
+        return
+    tail = output.strip().splitlines()[-12:]
+    status = "pass" if proc.returncode == 0 else ("error" if proc.returncode not in (1,) else "fail")
+    report.record(name, status=status, seconds=time.monotonic() - started, exit_code=proc.returncode, output=tail)

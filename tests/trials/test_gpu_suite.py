@@ -1,0 +1,52 @@
+"""`sweeper bench --suite gpu --device cpu --quick --json`: every check of the GPU suite at small shapes on
+this CPU, through the real command in a subprocess (its sweep joins the session's Ray), so that the suite
+cannot be broken when a GPU is lent. The figures are judged on a GPU only: here every check must finish
+(`ran`, `pass`) or not apply (`skipped`: CUDA graphs and the CUDA tests), never `error` or `timeout`.
+
+Needs > 20 s: it trains four compiled shapes, a determinism check, a 60-step trial and a small sweep (about
+two minutes on two idle cores)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_quick_cpu_suite_runs_every_check(ray_session: str, tmp_path: Path) -> None:
+    out = tmp_path / "suite.json"
+    cmd = [sys.executable, "-m", "sweeper.cli", "bench", "--suite", "gpu", "--device", "cpu", "--quick", "--json",
+           "--out", str(out), "--address", ray_session]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = json.loads(done.stdout)
+    assert result == json.loads(out.read_text())  # the file holds the final JSON too
+    assert result["finished"] and result["ok"] and result["device"] == "cpu" and result["quick"]
+    checks = result["checks"]
+    expected = {"shape/L2/K8", "shape/L2/K1", "shape/L4/K8", "shape/L4/K1", "graphs/L2/K8", "determinism",
+                "stacked_vs_separate", "mfu", "memory_model", "long_trial", "sweep", "cuda_tests"}
+    assert set(checks) == expected
+    statuses = {name: c["status"] for name, c in checks.items()}
+    assert statuses["graphs/L2/K8"] == statuses["cuda_tests"] == "skipped", statuses
+    assert all(s in ("pass", "ran", "skipped") for s in statuses.values()), statuses
+    assert "[suite]" in done.stderr  # progress on stderr
+
+    shape = checks["shape/L4/K8"]["result"]
+    assert shape["stack"] == 8 and shape["evaluation"]["measured"] >= 1 and shape["tokens_per_s"] > 0
+    assert shape["execution"].startswith("compiled")
+    speedup = checks["stacked_vs_separate"]["speedup"]
+    assert speedup["L4"] == pytest.approx(shape["tokens_per_s"] / checks["shape/L4/K1"]["result"]["tokens_per_s"])
+    assert checks["determinism"]["status"] == "pass"  # bit-identical on a CPU: judged here too
+    memory = checks["memory_model"]["shapes"]["shape/L4/K8"]
+    assert memory["predicted_bytes"] > checks["memory_model"]["shapes"]["shape/L4/K1"]["predicted_bytes"] > 0
+
+    long = checks["long_trial"]
+    assert long["result"]["steps"] == 60 and long["result"]["evaluations"] >= 2 and long["learned"]
+    assert long["recompile_limit_hits"] == 0 and long["recompiles"] <= 4
+    sweep = checks["sweep"]
+    assert sweep["exit_code"] == 0 and sweep["points_finished"] > 0 and not sweep["gpu_fractions"]
