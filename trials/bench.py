@@ -83,6 +83,7 @@ class BenchSettings:
     eval_every: int | None = None  # steps between evaluations; None: one per measured round
     eval_batches: int = 1  # held-out batches (of `batch` sequences) per evaluation
     deterministic: bool = False
+    peak_repeats: int | None = None  # timings per matmul peak measurement (None: 20 on a CPU, 10 on a GPU)
 
     @property
     def round_steps(self) -> int:
@@ -214,9 +215,9 @@ class Peaks:
     def measure(self, settings: BenchSettings, device: torch.device) -> float:
         dtype = torch.bfloat16 if settings.dtype == "bf16" else torch.float32
         if device.type == "cuda":  # host CPU time says nothing about a GPU's work: no per-CPU-second rate
-            value = matmul_peak_gflops(8192, repeats=10, device=device, dtype=dtype, inner=5)
+            value = matmul_peak_gflops(8192, repeats=settings.peak_repeats or 10, device=device, dtype=dtype, inner=5)
         else:
-            value = matmul_peak_gflops(1024, repeats=20, device=device, dtype=dtype, cpu=self.cpu)
+            value = matmul_peak_gflops(1024, repeats=settings.peak_repeats or 20, device=device, dtype=dtype, cpu=self.cpu)
         self.wall.append(value)
         return value
 

@@ -15,8 +15,10 @@ and is freed with it. What one copy can see is then bounded by construction:
 - a model's blocks (`BLOCK_RECOMPILE_LIMIT`): one stack size K, one sequence length, one dtype; at
   most two row counts (the micro-batch and a smaller last chunk; the evaluation uses the same
   chunks), with and without gradients (evaluation, a looped model's no-grad loops), with and without
-  autocast's weight cache (the deferred step disables it), with and without drop-path masks (ViT):
-  at most 16 entries, and a new model (a dropped member, the next trial) starts a new copy;
+  autocast's weight cache (the deferred step disables it), and two code paths through the block
+  (Mix-LN's two wirings, or a ViT's drop path on and off): at most 2 x 2 x 2 x 2 = 16 entries
+  (2-4 in practice), under a limit of 32; a new model (a dropped member, the next trial) starts a
+  new copy;
 - an optimizer layout (`OPTIMIZER_RECOMPILE_LIMIT`): one set of flat group buffers, always without
   gradients: one entry; `compact` (members dropped) builds the next layout with a new copy.
 
@@ -34,9 +36,9 @@ from typing import Any
 import torch
 from torch import nn
 
-#: entries one model's compiled block may hold (bounded above by 2 row counts x 2 grad modes x 2 autocast
-#: caches x 2 drop-path modes = 16; in practice 2-4)
-BLOCK_RECOMPILE_LIMIT = 16
+#: entries one model's compiled block may hold (bounded by 2 row counts x 2 grad modes x 2 autocast caches x
+#: 2 code paths = 16, in practice 2-4; twice that, so that no reachable case meets it)
+BLOCK_RECOMPILE_LIMIT = 32
 #: entries one optimizer layout's compiled update may hold (one is expected; more would be a bug, and a
 #: `fullgraph` function past its limit raises rather than running eagerly)
 OPTIMIZER_RECOMPILE_LIMIT = 4

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from trials.config import TrainConfig
 from trials.errors import TrialInputError

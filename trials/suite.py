@@ -155,6 +155,9 @@ def check_long_trial(params: dict[str, Any]) -> dict[str, Any]:
 
     def report(r: Any) -> None:
         progress(f"long trial: step {r.step}/{trial.steps}, {time.perf_counter() - started:.0f} s")
+        # how far it got and its memory so far, should it be stopped before the end
+        record_progress(step=r.step, seconds=time.perf_counter() - started, evaluations=trial.evaluations,
+                        memory=memory(device))
 
     results = trial.run(report=report)
     seconds = time.perf_counter() - started
@@ -188,9 +191,21 @@ def _clean_up() -> None:
         torch.cuda.empty_cache()
 
 
+_progress_to: tuple[Path, str] | None = None  # (results file, name of the running check)
+
+
+def record_progress(**fields: Any) -> None:
+    """A progress event of the running check (the controller keeps the last one if the check is stopped)."""
+    if _progress_to is not None:
+        path, name = _progress_to
+        _append(path, {"name": name, "event": "progress", **fields})
+
+
 def run_plan(plan: dict[str, Any], results: Path) -> None:
+    global _progress_to
     for check in plan["checks"]:
         name, kind, params = check["name"], check["kind"], check.get("params", {})
+        _progress_to = (results, name)
         _append(results, {"name": name, "event": "start", "time": time.time()})
         progress(f"{name}: started")
         started = time.perf_counter()

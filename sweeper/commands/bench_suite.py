@@ -51,6 +51,7 @@ GOAL_MAX_RECOMPILES = 4
 FULL_BUDGET_S = 480
 QUICK_BUDGET_S = 900  # generous: a shared 2-core machine; unloaded, the quick suite takes under 2 minutes
 PROGRESS = "[suite]"
+MIN_CHECK_S = 10.0  # a check is not started with less time than this left
 
 
 @dataclasses.dataclass
@@ -111,10 +112,12 @@ class SuiteConfig:
         return f"shape/L{shape.depth}/K{shape.stack}"
 
     def bench_params(self, shape: Shape, **extra: Any) -> dict[str, Any]:
+        # The quick run trains its shapes eagerly: compiling four shapes takes minutes on two cores, and the
+        # compiled paths are covered by its long trial and by the test suite's compile tests.
         return {"method": self.method, "width": self.width, "depth": shape.depth, "heads": self.heads, "stack": shape.stack,
-                "compile": True, "device": self.device, "dtype": self.dtype, "seq_len": self.seq_len, "batch": shape.batch,
+                "compile": not self.quick, "device": self.device, "dtype": self.dtype, "seq_len": self.seq_len, "batch": shape.batch,
                 "vocab": self.vocab, "steps": self.bench_steps, "warmup": self.bench_warmup, "micro_batch": shape.micro_batch,
-                "eval_every": self.bench_steps, "eval_batches": 1, **extra}
+                "eval_every": self.bench_steps, "eval_batches": 1, "peak_repeats": 3 if self.quick else None, **extra}
 
 
 # ---- the report --------------------------------------------------------------------------------------
@@ -172,7 +175,7 @@ def _forward(stream: Any, sink: list[str], log: Path | None) -> None:
             sink.append(line)
             if handle:
                 handle.write(line)
-            if line.startswith(("[suite", "Traceback")) or "Error" in line[:40]:
+            if line.startswith("[suite"):
                 sys.stderr.write(line)
                 sys.stderr.flush()
     finally:
@@ -213,10 +216,16 @@ def _child_env(**extra: str) -> dict[str, str]:
 class Worker:
     """Runs trial-side checks in `python -m trials.suite` processes, each check within its time limit."""
 
-    def __init__(self, report: Report, folder: Path, env: dict[str, str] | None = None, log: Path | None = None) -> None:
-        self.report, self.folder, self.env, self.log = report, folder, env or _child_env(), log
+    def __init__(self, report: Report, folder: Path, on_end: Callable[[Check, dict[str, Any]], None],
+                 env: dict[str, str] | None = None, log: Path | None = None) -> None:
+        self.report, self.folder, self.on_end = report, folder, on_end
+        self.env, self.log = env or _child_env(), log
         self.results: dict[str, dict[str, Any]] = {}
         self.stderr: list[str] = []
+
+    def _end(self, check: Check, record: dict[str, Any]) -> None:
+        self.results[check.name] = record
+        self.on_end(check, record)
 
     def run(self, checks: list[Check], deadline: Callable[[Check], float]) -> None:
         pending = list(checks)
@@ -235,6 +244,7 @@ class Worker:
         by_name = {c.name: c for c in pending}
         done: set[str] = set()
         current: Check | None = None
+        last_progress: dict[str, Any] | None = None
         current_start = time.monotonic()
         limit = 0.0
         read = 0
@@ -243,33 +253,42 @@ class Worker:
             records, read = _read_new(results, read)
             for record in records:
                 check = by_name[record["name"]]
+                if record["event"] == "progress":
+                    last_progress = record
+                    continue
                 if record["event"] == "start":
-                    current, current_start = check, time.monotonic()
+                    current, current_start, last_progress = check, time.monotonic(), None
                     limit = deadline(check)
+                    if limit < MIN_CHECK_S:  # the budget is spent: this check and the rest do not start
+                        _stop(proc, grace_s=2.0)
+                        for rest in pending:
+                            if rest.name not in done:
+                                self._end(rest, {"status": "skipped", "seconds": 0.0, "error": "no time left in the budget"})
+                        return []
                     self.report.record(check.name, status=None, goal=check.goal, started_at_s=round(self.report.elapsed(), 1),
                                        limit_s=round(limit, 1))
                 else:
-                    self.results[check.name] = record
                     done.add(check.name)
                     current = None
+                    self._end(check, record)
             if exited and not records:
                 break
             if current is not None and time.monotonic() - current_start > limit:
                 _stop(proc, grace_s=2.0)
-                self.results[current.name] = {"status": "timeout", "seconds": time.monotonic() - current_start,
-                                              "error": f"no result within its limit of {limit:.0f} s"}
                 done.add(current.name)
+                self._end(current, {"status": "timeout", "seconds": time.monotonic() - current_start,
+                                    "error": f"no result within its limit of {limit:.0f} s", "progress": last_progress})
                 return [c for c in pending if c.name not in done]
             time.sleep(0.2)
         if current is not None:  # the worker died inside a check (a crash no exception could catch)
-            self.results[current.name] = {"status": "error", "seconds": time.monotonic() - current_start,
-                                          "error": f"the worker process died (exit code {proc.returncode})"}
             done.add(current.name)
+            self._end(current, {"status": "error", "seconds": time.monotonic() - current_start,
+                                "error": f"the worker process died (exit code {proc.returncode})", "progress": last_progress})
         rest = [c for c in pending if c.name not in done]
         if rest and current is None and proc.returncode != 0:  # died before starting the next check
             first = rest.pop(0)
-            self.results[first.name] = {"status": "error", "seconds": 0.0,
-                                        "error": f"the worker process exited with code {proc.returncode} before it"}
+            self._end(first, {"status": "error", "seconds": 0.0,
+                              "error": f"the worker process exited with code {proc.returncode} before it"})
         return rest
 
 
@@ -470,11 +489,11 @@ def _run(cfg: SuiteConfig, report: Report, folder: Path, on_gpu: bool, address: 
         determinism.append(Check("determinism_compiled", "determinism", {**det_params, "compile": True}, 120.0,
                                  "bit-identical rerun and resume"))
     sequential = [*shape_checks, graphs, *determinism]
-    worker = Worker(report, folder)
+    worker = Worker(report, folder, lambda check, record: _record_trial_check(report, check, record, on_gpu))
     worker.run(sequential, deadline)
     for check in sequential:
-        record = worker.results.get(check.name, {"status": "skipped", "error": "no time left in the budget"})
-        _record_trial_check(report, check, record, on_gpu)
+        if check.name not in worker.results:
+            _record_trial_check(report, check, {"status": "skipped", "error": "no time left in the budget"}, on_gpu)
     _judge_graphs(report, graphs.name, cfg.shape_name(first), on_gpu)
     _judge_derived(cfg, report, folder, worker.results, on_gpu)
 
@@ -485,7 +504,7 @@ def _run(cfg: SuiteConfig, report: Report, folder: Path, on_gpu: bool, address: 
                        f"all steps, 2 evaluations, no recompile-limit hit, <= {GOAL_MAX_RECOMPILES} recompiles, "
                        "loss falls, memory <= stack: auto's prediction")
     long_log = folder / "long_trial.stderr"
-    long_worker = Worker(report, folder, _child_env(TORCH_LOGS="recompiles"), long_log)
+    long_worker = Worker(report, folder, lambda check, record: None, _child_env(TORCH_LOGS="recompiles"), long_log)
     thread = threading.Thread(target=long_worker.run, args=([long_check], lambda c: c.timeout_s), daemon=True)
     thread.start()
     run_sweep(cfg, folder, address, max(1.0, min(cfg.sweep_timeout_s, left)), report)
@@ -506,7 +525,8 @@ def _record_trial_check(report: Report, check: Check, record: dict[str, Any], on
     status, result = _outcome(record)
     fields: dict[str, Any] = {"goal": check.goal, "seconds": record.get("seconds")}
     if result is None:
-        report.record(check.name, status=status, error=record.get("error"), traceback=record.get("traceback"), **fields)
+        report.record(check.name, status=status, error=record.get("error"), traceback=record.get("traceback"),
+                      progress=record.get("progress"), **fields)
         return
     if check.kind == "determinism":
         ok = bool(result["rerun_bit_identical"] and result["resume_bit_identical"])
@@ -601,8 +621,9 @@ def _judge_long_trial(cfg: SuiteConfig, report: Report, folder: Path, check: Che
     status, result = _outcome(record)
     counted = _count_recompiles(worker.stderr)
     fields: dict[str, Any] = {"goal": check.goal, "seconds": record.get("seconds"), **counted}
-    if result is None:
-        report.record(check.name, status=status, error=record.get("error"), traceback=record.get("traceback"), **fields)
+    if result is None:  # a timeout or a crash: how far it got, and its memory then
+        report.record(check.name, status=status, error=record.get("error"), traceback=record.get("traceback"),
+                      progress=record.get("progress"), **fields)
         return
     p = cfg.long_trial
     try:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import torch
 from torch.profiler import ProfilerActivity, profile
 
 from models import ModelConfig

@@ -50,3 +50,26 @@ def test_quick_cpu_suite_runs_every_check(ray_session: str, tmp_path: Path) -> N
     assert long["recompile_limit_hits"] == 0 and long["recompiles"] <= 4
     sweep = checks["sweep"]
     assert sweep["exit_code"] == 0 and sweep["points_finished"] > 0 and not sweep["gpu_fractions"]
+
+
+def test_a_failing_or_hanging_check_never_stops_the_others(tmp_path: Path) -> None:
+    """The worker protocol alone: a check that raises is `error`, one past its limit is killed (`timeout`,
+    with its last progress), and the checks after both still run, in a new worker process."""
+    from sweeper.commands.bench_suite import Check, Report, SuiteConfig, Worker
+
+    report = Report(SuiteConfig.make("cpu", True, None), tmp_path / "suite.json")
+    ended: list[tuple[str, str]] = []
+    worker = Worker(report, tmp_path, lambda check, record: ended.append((check.name, record["status"])))
+    long = {"device": "cpu", "width": 16, "depth": 1, "heads": 2, "seq_len": 8, "vocab": 32, "batch_size": 2,
+            "micro_batch": None, "eval_every": 10**6, "eval_batches": 1, "steps": 10**6, "report_every": 1,
+            "dtype": "fp32", "compile": False, "tokens": 4096}
+    checks = [
+        Check("broken", "train", {"no_such_setting": 1}, 60, "-"),
+        Check("endless", "long_trial", long, 12, "-"),
+        Check("determinism", "determinism", {"device": "cpu", "steps": 4, "width": 16, "seq_len": 8}, 120, "-"),
+    ]
+    worker.run(checks, lambda check: check.timeout_s)
+    assert ended == [("broken", "error"), ("endless", "timeout"), ("determinism", "done")]
+    assert "no_such_setting" in worker.results["broken"]["error"]
+    assert worker.results["endless"]["progress"]["step"] >= 1  # how far it got before it was stopped
+    assert worker.results["determinism"]["result"]["rerun_bit_identical"]
