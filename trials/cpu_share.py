@@ -29,14 +29,17 @@ CUBLAS_WORKSPACE = ":4096:8"
 
 
 def assigned_cpus() -> int | None:
-    """The CPUs Ray assigned to this worker's task or actor (at least 1), or None outside Ray."""
+    """The whole CPUs Ray assigned to this worker's task or actor, at least 1 (a trial that asked for none
+    or for a fraction still runs one thread); None outside a Ray worker."""
     import ray  # only inside a trial process, where Ray is loaded already
 
+    if not ray.is_initialized():
+        return None
     try:
         cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
     except Exception:  # not inside a Ray worker
         return None
-    return max(1, int(cpus)) if cpus else None
+    return max(1, int(cpus or 0))
 
 
 def bound_to_share(cpus: int, *, torch_threads: int | None = None) -> dict[str, Any]:

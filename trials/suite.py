@@ -167,9 +167,8 @@ def check_long_trial(params: dict[str, Any]) -> dict[str, Any]:
         "outcomes": [r.outcome for r in results], "losses": [r.loss for r in results],
         "init_losses": [r.init_loss for r in results], "execution": trial.execution.describe(), "memory": memory(device),
     }
-    if device.type == "cuda":
-        free, total = torch.cuda.mem_get_info(device)
-        out["memory"]["context_bytes"] = max(0, (total - free) - torch.cuda.memory_reserved(device))
+    # (no CUDA context figure here: the suite runs this trial beside a sweep on the same device, so the device's
+    # used memory is not this process's; the controller takes the context measured by the shape checks, alone)
     return out
 
 

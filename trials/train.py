@@ -40,12 +40,12 @@ from models.config import ModelConfig
 from models.family_counts import sample_tokens
 from models.family_settings import vit_settings
 from trials.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from trials.compiled import compile_regions
 from trials.data import check_vocab, open_source
 from trials.data.base import seed_words
 from trials.data.prefetch import Prefetcher
 from trials.determinism import set_deterministic
 from trials.divergence import DivergenceMonitor
-from trials.compiled import compile_regions
 from trials.engine import DeviceStep, accumulate, make_optimizer, release_cached_memory, resolve_execution
 from trials.errors import TrialInputError
 from trials.fused_loss import eval_sums

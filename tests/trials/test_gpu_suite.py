@@ -3,8 +3,7 @@ this CPU, through the real command in a subprocess (its sweep joins the session'
 cannot be broken when a GPU is lent. The figures are judged on a GPU only: here every check must finish
 (`ran`, `pass`) or not apply (`skipped`: CUDA graphs and the CUDA tests), never `error` or `timeout`.
 
-Needs > 20 s: it trains four compiled shapes, a determinism check, a 60-step trial and a small sweep (about
-two minutes on two idle cores)."""
+Needs > 20 s: it trains four shapes, a determinism check, a compiled 60-step trial and a small sweep."""
 
 from __future__ import annotations
 
@@ -15,9 +14,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
-
-
+@pytest.mark.slow
 def test_quick_cpu_suite_runs_every_check(ray_session: str, tmp_path: Path) -> None:
     out = tmp_path / "suite.json"
     cmd = [sys.executable, "-m", "sweeper.cli", "bench", "--suite", "gpu", "--device", "cpu", "--quick", "--json",
@@ -38,7 +35,7 @@ def test_quick_cpu_suite_runs_every_check(ray_session: str, tmp_path: Path) -> N
 
     shape = checks["shape/L4/K8"]["result"]
     assert shape["stack"] == 8 and shape["evaluation"]["measured"] >= 1 and shape["tokens_per_s"] > 0
-    assert shape["execution"].startswith("compiled")
+    assert shape["execution"].startswith("eager")  # the quick run's shapes; its long trial compiles
     speedup = checks["stacked_vs_separate"]["speedup"]
     assert speedup["L4"] == pytest.approx(shape["tokens_per_s"] / checks["shape/L4/K1"]["result"]["tokens_per_s"])
     assert checks["determinism"]["status"] == "pass"  # bit-identical on a CPU: judged here too
@@ -47,11 +44,13 @@ def test_quick_cpu_suite_runs_every_check(ray_session: str, tmp_path: Path) -> N
 
     long = checks["long_trial"]
     assert long["result"]["steps"] == 60 and long["result"]["evaluations"] >= 2 and long["learned"]
+    assert long["result"]["execution"].startswith("compiled")
     assert long["recompile_limit_hits"] == 0 and long["recompiles"] <= 4
     sweep = checks["sweep"]
     assert sweep["exit_code"] == 0 and sweep["points_finished"] > 0 and not sweep["gpu_fractions"]
 
 
+@pytest.mark.slow
 def test_a_failing_or_hanging_check_never_stops_the_others(tmp_path: Path) -> None:
     """The worker protocol alone: a check that raises is `error`, one past its limit is killed (`timeout`,
     with its last progress), and the checks after both still run, in a new worker process."""
@@ -73,3 +72,22 @@ def test_a_failing_or_hanging_check_never_stops_the_others(tmp_path: Path) -> No
     assert "no_such_setting" in worker.results["broken"]["error"]
     assert worker.results["endless"]["progress"]["step"] >= 1  # how far it got before it was stopped
     assert worker.results["determinism"]["result"]["rerun_bit_identical"]
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_memory_prediction_is_where_stack_auto_grants_the_stack(device: str, tmp_path: Path) -> None:
+    """The memory check reads `stack: auto`'s model back from `auto_stack` itself: at the predicted bytes it
+    grants K members, one byte-percent below it fewer (whatever terms the model counts)."""
+    from dataclasses import replace
+
+    from sweeper.commands.bench_suite import SuiteConfig, _cell_for, predicted_trial_bytes
+    from sweeper.planner import auto_stack
+
+    cfg = SuiteConfig.make(device, False, None)
+    cell = _cell_for(cfg, tmp_path, depth=48, batch=512, micro_batch=16, name="memory")
+    for k in (2, 5, 8):
+        predicted = predicted_trial_bytes(cell, k)
+        assert auto_stack(replace(cell, memory_gb=predicted * 1.0001 / 2**30), k, k, None, 1) == k
+        assert auto_stack(replace(cell, memory_gb=predicted * 0.9999 / 2**30), k, k, None, 1) == k - 1
+    one, two = predicted_trial_bytes(cell, 1), predicted_trial_bytes(cell, 2)
+    assert 0 < one < two and predicted_trial_bytes(cell, 8) == pytest.approx(one + 7 * (two - one), rel=1e-9)
