@@ -179,6 +179,8 @@ def run_suite(args: argparse.Namespace) -> int:
     from sweeper.commands.bench_suite import run_suite as run_checks
 
     device = args.device or "cuda"
+    if device == "cpu" and not args.quick:
+        raise UserError("--suite gpu --device cpu: give --quick as well (the full suite's shapes are for one H200)")
     if device == "cuda" and not args.quick:
         import torch  # only to refuse early: the full suite needs the GPU it measures
 

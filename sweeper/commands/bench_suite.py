@@ -96,10 +96,10 @@ class SuiteConfig:
     def make(cls, device: str, quick: bool, budget_s: float | None) -> SuiteConfig:
         if not quick:
             shapes = [Shape(48, 8, 64, 16), Shape(48, 1, 64, 16), Shape(512, 8, 32, 8), Shape(512, 1, 32, 8)]
-            long_trial = {"width": 128, "depth": 48, "heads": 4, "seq_len": 256, "vocab": 32100, "batch_size": 512,
+            long_trial = {"width": 128, "depth": 48, "heads": 4, "seq_len": 256, "vocab": 32000, "batch_size": 512,
                           "micro_batch": 16, "eval_every": 500, "eval_batches": 40, "steps": 600, "stack": 2,
                           "dtype": "bf16", "compile": True, "tokens": 2_000_000, "report_every": 50}
-            return cls(device, quick, 128, 4, 256, 32100, "bf16", shapes, 10, 3, 90.0, long_trial, 240.0, 180.0,
+            return cls(device, quick, 128, 4, 256, 32000, "bf16", shapes, 10, 3, 90.0, long_trial, 240.0, 180.0,
                        budget_s or FULL_BUDGET_S)
         shapes = [Shape(2, 8, 8, 4), Shape(2, 1, 8, 4), Shape(4, 8, 8, 4), Shape(4, 1, 8, 4)]
         long_trial = {"width": 32, "depth": 4, "heads": 2, "seq_len": 32, "vocab": 256, "batch_size": 16,
@@ -406,11 +406,11 @@ def sweep_yaml(cfg: SuiteConfig, folder: Path, address: str | None) -> tuple[dic
         lr = {"center": 1.0e-2, "points": 4, "factor": 4.0, "refine": False, "bounds": [1.0e-4, 1.0], "max_points": 6}
         rules = [{"max_depth": 1, "gpu": 0.25}, {"max_depth": 2, "gpu": 0.25}]
     else:
-        model = {"family": "llama", "width": 128, "heads": 4, "depths": [8, 16], "seq_len": 256, "vocab": 32100}
+        model = {"family": "llama", "width": 128, "heads": 4, "depths": [8, 16], "seq_len": 256, "vocab": 32000}
         train = {"steps": 150, "batch_size": 64, "micro_batch": 16, "eval_every": 75, "eval_batches": 4, "report_every": 25,
                  "checkpoint_every": 1000, "device": "cuda", "dtype": "bf16", "compile": True,
                  "schedule": {"warmup": 0.05, "decay": "cosine", "final_fraction": 0.1}}
-        data = {"source": "synthetic", "synthetic_vocab": 32100, "synthetic_tokens": 2_000_000}
+        data = {"source": "synthetic", "synthetic_vocab": 32000, "synthetic_tokens": 2_000_000}
         lr = {"center": 3.0e-3, "points": 5, "factor": 4.0, "refine": False, "bounds": [1.0e-5, 0.3], "max_points": 6}
         rules = [{"max_depth": 8, "gpu": 0.125}, {"max_depth": 16, "gpu": 0.25}]
     sweep: dict[str, Any] = {
