@@ -1,3 +1,3 @@
 """Plotly figures from stored sweep results, the live dashboard page and server, and
-static plot export. Reads only what `sweeper` stores (`sweeper.store`) and fits.
+static plot export. Reads only what `sweeper` stores (`sweeper.records.store`) and fits.
 """

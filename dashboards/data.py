@@ -1,7 +1,7 @@
 """What the figures draw from: one sweep's stored frames and fits, plus the derived facts
 every figure agrees on (size order, method colours, the scaling axis, the objective's name).
 
-`SweepData` is a plain bundle of polars frames (the `sweeper.store` schemas) and the fits
+`SweepData` is a plain bundle of polars frames (the `sweeper.records.store` schemas) and the fits
 dict; `load_sweep` reads it from a sweep directory with the store's loaders, and
 `SweepData.filtered` narrows it to some methods, sizes and seeds while keeping the colours
 and size shades of the whole sweep (so a filter never recolours a line).
@@ -20,7 +20,7 @@ from typing import Any, Iterable
 import polars as pl
 
 from dashboards import style
-from sweeper.store import (
+from sweeper.records.store import (
     CELLS_SCHEMA,
     CURVES_SCHEMA,
     POINTS_SCHEMA,

@@ -1,6 +1,6 @@
 """Figures of the γ probe: one offline HTML page comparing several models.
 
-Reads the results document of `sweeper gamma` (`sweeper.gamma.report.analyze`, the `gamma.json`
+Reads the results document of `sweeper gamma` (`sweeper.analysis.gamma.report.analyze`, the `gamma.json`
 file) and builds, per site, Plotly figures with one panel per model:
 
 - magnitude percentiles (mean, median, p90, p99 of |γ_l|) against layer index;
@@ -9,7 +9,7 @@ file) and builds, per site, Plotly figures with one panel per model:
 - the cosine-similarity matrix of the normalised gains (each panel on its own colour range);
 - the classical-MDS arc, points coloured by depth and joined in depth order;
 
-and a table across models (`sweeper.gamma.report.summary_rows`). `write_page` writes
+and a table across models (`sweeper.analysis.gamma.report.summary_rows`). `write_page` writes
 `gamma.html` with plotly.js from the installed plotly package beside it (`plotly.min.js`), so
 the page opens without network access.
 """
@@ -26,8 +26,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dashboards.style import GRID, INK, axis, base_layout, method_colours, shade, text
-from sweeper.gamma.layouts import SITES
-from sweeper.gamma.report import SUMMARY_COLUMNS, summary_rows
+from sweeper.analysis.gamma.layouts import SITES
+from sweeper.analysis.gamma.report import SUMMARY_COLUMNS, summary_rows
 
 PAGE = "gamma.html"
 PLOTLY_JS = "plotly.min.js"

@@ -34,7 +34,7 @@ from dashboards import figures
 from dashboards.data import Filters, SweepData, sweep_name
 from dashboards.figures.common import present_methods, present_sizes, size_legend
 from sweeper.errors import UserError
-from sweeper.store import (
+from sweeper.records.store import (
     CELLS_SCHEMA,
     POINTS_SCHEMA,
     Cursor,

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from sweeper.store import FITS, MANIFEST, STORE_VERSION, StoreWriter, write_json_atomic
+from sweeper.records.store import FITS, MANIFEST, STORE_VERSION, StoreWriter, write_json_atomic
 
 T0 = 1_700_000_000.0  # a fixed start time keeps plots of a fixture byte-identical
 

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except OSError as exc:  # after BrokenPipeError (an OSError too): a full disk, a size limit... one line, exit 1
-        from sweeper.storage_errors import DISK_ERRNOS, describe
+        from sweeper.records.storage_errors import DISK_ERRNOS, describe
 
         if exc.errno not in DISK_ERRNOS:
             raise

@@ -1,6 +1,6 @@
 """Trial configuration: data source, training recipe and divergence rules.
 
-Pure pydantic models with no torch import, so that the sweep schema (`sweeper.schema`)
+Pure pydantic models with no torch import, so that the sweep schema (`sweeper.spec.schema`)
 embeds them directly and validation stays fast. Every model forbids unknown keys.
 """
 

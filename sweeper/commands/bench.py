@@ -108,7 +108,7 @@ def _check(args: argparse.Namespace) -> None:
 
     names = scheme_names()
     if args.method not in names:
-        from sweeper.catalog import suggest
+        from sweeper.spec.catalog import suggest
 
         raise UserError(f"--method {args.method!r}: unknown scheme{suggest(args.method, names)} (available: {', '.join(names)})")
 

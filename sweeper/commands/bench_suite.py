@@ -331,8 +331,8 @@ def _count_recompiles(lines: list[str]) -> dict[str, int]:
 
 def _cell_for(cfg: SuiteConfig, folder: Path, *, depth: int, batch: int, micro_batch: int, name: str) -> Any:
     """The planner's cell for one shape: a one-cell sweep file, validated and planned as `sweeper launch` does."""
-    from sweeper.planner import build_plan
-    from sweeper.schema import load_sweep
+    from sweeper.search.planner import build_plan
+    from sweeper.spec.schema import load_sweep
 
     on_gpu = cfg.device == "cuda"
     sweep = {
@@ -352,10 +352,10 @@ def _cell_for(cfg: SuiteConfig, folder: Path, *, depth: int, batch: int, micro_b
 
 
 def predicted_trial_bytes(cell: Any, stack: int) -> int:
-    """What `stack: auto`'s model (`sweeper.planner.auto_stack`) says a trial of `stack` members of `cell`
+    """What `stack: auto`'s model (`sweeper.search.planner.auto_stack`) says a trial of `stack` members of `cell`
     needs, read back from the function itself: the smallest memory budget at which it grants 2 members,
     and 3, give the per-member bytes and the per-trial bytes it counts."""
-    from sweeper.planner import auto_stack
+    from sweeper.search.planner import auto_stack
 
     def threshold(k: int) -> float:
         low, high = 1.0, float(2**52)

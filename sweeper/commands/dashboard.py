@@ -34,7 +34,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from sweeper.errors import UserError
-    from sweeper.store import read_manifest
+    from sweeper.records.store import read_manifest
 
     read_manifest(args.dir)  # a bad DIR is a one-line error, before anything is bound
     if not 0 <= args.port <= 65535:

@@ -3,7 +3,7 @@
 Per method: loss against x with an irreducible term and its log-log slope, the optimal-LR
 law with predictions at `--to` targets, the compute exponent and LR sensitivity; then the
 methods ranked. Every estimate carries a bootstrap 95% interval, and fits that should not
-be trusted say why. See `sweeper.fits` for the statistics.
+be trusted say why. See `sweeper.analysis.fits` for the statistics.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from sweeper.errors import UserError
 
 
 def _size_arg(text: str) -> float:
-    from sweeper.fits.units import parse_size
+    from sweeper.analysis.fits.units import parse_size
 
     try:
         return parse_size(text)
@@ -73,9 +73,9 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sweeper.fits.collect import collect
-    from sweeper.fits.report import FitOptions, build_report, to_jsonable
-    from sweeper.store import FITS, write_json_atomic
+    from sweeper.analysis.fits.collect import collect
+    from sweeper.analysis.fits.report import FitOptions, build_report, to_jsonable
+    from sweeper.records.store import FITS, write_json_atomic
 
     started = time.perf_counter()
     root = Path(args.dir)
@@ -137,8 +137,8 @@ def render(doc: dict[str, Any], written: Path | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from sweeper.fits.report import LOOPS_LABEL
-    from sweeper.fits.units import format_size
+    from sweeper.analysis.fits.report import LOOPS_LABEL
+    from sweeper.analysis.fits.units import format_size
 
     console = Console()
     if not console.is_terminal:

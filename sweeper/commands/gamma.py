@@ -2,7 +2,7 @@
 
 Reads the per-layer norm gains of each PATH (Hugging Face folders or weights files, this
 project's exported members), computes magnitude trends, LayerRoPE's schedule fit and the
-direction statistics (`sweeper.gamma.stats`), prints a table, and with `--out DIR` writes
+direction statistics (`sweeper.analysis.gamma.stats`), prints a table, and with `--out DIR` writes
 `gamma.json` and the figure page `gamma.html` (offline: plotly.js is written beside it).
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeper.errors import UserError
-from sweeper.gamma.layouts import RULES, SITE_GROUPS
+from sweeper.analysis.gamma.layouts import RULES, SITE_GROUPS
 
 DESCRIPTION = """\
 Measure how the per-layer norm gains γ of trained models change with depth.
@@ -88,7 +88,7 @@ def _print_table(results: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from sweeper.gamma.report import SUMMARY_COLUMNS, summary_rows
+    from sweeper.analysis.gamma.report import SUMMARY_COLUMNS, summary_rows
 
     console = Console()
     if not console.is_terminal:
@@ -114,15 +114,15 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sweeper.gamma.checkpoints import check_path
+    from sweeper.analysis.gamma.checkpoints import check_path
 
     paths = [Path(p) for p in args.paths]
     for path in paths:
         check_path(path)
     out = _check_out(args.out)
 
-    from sweeper.gamma.checkpoints import read_checkpoint
-    from sweeper.gamma.report import analyze
+    from sweeper.analysis.gamma.checkpoints import read_checkpoint
+    from sweeper.analysis.gamma.report import analyze
 
     models = [model for path in paths for model in read_checkpoint(path, best=args.best)]
     results = analyze(models, args.site)

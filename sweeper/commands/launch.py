@@ -37,13 +37,13 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from sweeper.errors import UserError
-    from sweeper.planner import build_plan
-    from sweeper.schema import load_sweep
+    from sweeper.search.planner import build_plan
+    from sweeper.spec.schema import load_sweep
 
     if args.throughput is not None and not args.throughput > 0:
         raise UserError(f"--throughput: must be > 0 FLOP/s (got {args.throughput})")
     validated = load_sweep(args.file)
-    from sweeper.display import make_console
+    from sweeper.run.display import make_console
 
     console = make_console(stderr=args.json)
     for warning in validated.warnings:
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     plan = build_plan(validated.config, output=args.output, source=Path(args.file))
     if args.dry_run:
         return dry_run(plan, args.throughput, as_json=args.json, console=console)
-    from sweeper.driver import launch
+    from sweeper.run.launch import launch
 
     # With --json, stdout carries the summary only: Ray's driver-side listener prints cluster events
     # ("(raylet) A worker died ...") to whatever sys.stdout is, which made the output unparseable
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_summary(summary: Any, console: Any) -> None:
-    from sweeper.table import counts_line
+    from sweeper.records.table import counts_line
 
     done = sum(summary.counts.values())
     verb = "stopped" if summary.interrupted else "finished"
@@ -103,7 +103,7 @@ def print_summary(summary: Any, console: Any) -> None:
 def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any) -> int:
     from rich.table import Table
 
-    from sweeper.bracketing import initial_grid
+    from sweeper.search.bracketing import initial_grid
 
     rows = []
     for cell in plan.cells:

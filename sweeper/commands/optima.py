@@ -29,7 +29,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sweeper.results import optima, points_per_bracketed_cell
+    from sweeper.records.results import optima, points_per_bracketed_cell
 
     rows = optima(args.dir)
     average = points_per_bracketed_cell(rows)
@@ -46,8 +46,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from rich.table import Table
 
-    from sweeper.display import make_console
-    from sweeper.table import STATUS_STYLE, fmt
+    from sweeper.run.display import make_console
+    from sweeper.records.table import STATUS_STYLE, fmt
 
     table = Table(header_style="bold", title=f"optima of {args.dir}", title_justify="left")
     for name in ("method", "size", "seed", "status", "best lr", "best loss", "interp lr", "parabola min",

@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from sweeper.errors import UserError
-    from sweeper.store import read_manifest
+    from sweeper.records.store import read_manifest
 
     read_manifest(args.dir)
     from dashboards.export import STATIC_FORMATS, check_static_export, parse_formats

@@ -107,9 +107,9 @@ def sweep_policies(path: str, overrides: list[str]) -> list[tuple[str, list[str]
     """(label, methods, LRSection) per distinct LR policy of the sweep, overrides applied; the
     top-level `lr` section first."""
     from sweeper.errors import UserError
-    from sweeper.schema import LRSection, deep_merge, load_sweep, problems_from
+    from sweeper.spec.schema import LRSection, deep_merge, load_sweep, problems_from
     from sweeper.search.replay import describe_policy
-    from sweeper.yamlio import YamlProblem, load_text
+    from sweeper.spec.yamlio import YamlProblem, load_text
 
     cfg = load_sweep(path).config
     patch: dict[str, Any] = {}
@@ -148,8 +148,8 @@ def sweep_policies(path: str, overrides: list[str]) -> list[tuple[str, list[str]
 def _print(doc: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from sweeper.display import make_console
-    from sweeper.table import fmt
+    from sweeper.run.display import make_console
+    from sweeper.records.table import fmt
 
     console = make_console()
     console.print(

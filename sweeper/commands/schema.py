@@ -22,7 +22,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from sweeper.errors import UserError
-    from sweeper.schema import json_schema
+    from sweeper.spec.schema import json_schema
 
     text = json.dumps(json_schema(), indent=2, sort_keys=False)
     if args.output:

@@ -25,15 +25,15 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from sweeper.display import make_console
+    from sweeper.run.display import make_console
     from sweeper.errors import UserError
-    from sweeper.store import read_manifest
+    from sweeper.records.store import read_manifest
 
     manifest = read_manifest(args.dir)
     console = make_console()
     if args.repair:
-        from sweeper.ledger import Ledger
-        from sweeper.repair import rebuild_store
+        from sweeper.records.ledger import Ledger
+        from sweeper.records.repair import rebuild_store
 
         url = manifest.get("ledger")
         if not url:
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         if url.startswith("sqlite:") and url.endswith("/ledger.db") and local.is_file():
             # The default ledger lives in the sweep directory; the manifest holds its absolute path at
             # launch time, which is another sweep's ledger after the directory was moved or copied.
-            from sweeper.ledger import storage_url
+            from sweeper.records.ledger import storage_url
 
             url = storage_url("sqlite", Path(args.dir))
         moved = rebuild_store(Path(args.dir), Ledger(url))
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
             except KeyboardInterrupt:
                 return 0
     if args.json:
-        from sweeper.store import load_cells
+        from sweeper.records.store import load_cells
 
         rows = load_cells(args.dir).to_dicts()
         print(json.dumps({"name": manifest.get("name"), "cells": rows}, indent=2, default=str))
@@ -74,9 +74,9 @@ def _render(sweep_dir: str, manifest: dict[str, Any]) -> Any:
     from rich.console import Group
     from rich.text import Text
 
-    from sweeper.results import freshness, progress
-    from sweeper.store import load_cells
-    from sweeper.table import cells_table, counts_line, status_counts
+    from sweeper.records.results import freshness, progress
+    from sweeper.records.store import load_cells
+    from sweeper.records.table import cells_table, counts_line, status_counts
 
     rows = load_cells(sweep_dir).to_dicts()
     age = freshness(sweep_dir)

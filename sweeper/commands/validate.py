@@ -20,8 +20,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sweeper.bracketing import initial_grid
-    from sweeper.schema import load_sweep
+    from sweeper.search.bracketing import initial_grid
+    from sweeper.spec.schema import load_sweep
 
     validated = load_sweep(args.file)
     cfg = validated.config

@@ -1,1 +1,3 @@
-"""The LR search: which learning rates a cell tries (bracketing, priors), and replaying it on recorded grids."""
+"""Which points to train: the cells of a sweep (`planner`), the bracketing policy of one cell
+(`bracketing`), a cell's first grid (`prior`; `priorsim` simulates priors), and replaying the search
+on recorded grids (`replay`). Pure logic, tested directly."""

@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from sweeper.bracketing import GridPoint, LRPolicy, decide, initial_grid, predicted_grid
-from sweeper.fits.lrlaw import predict_optimal_lr
+from sweeper.search.bracketing import GridPoint, LRPolicy, decide, initial_grid, predicted_grid
+from sweeper.analysis.fits.lrlaw import predict_optimal_lr
 
 STEP = math.log(math.sqrt(2))  # landscape curvature is given per √2 step, as StepLaw's grids
 
@@ -120,7 +120,7 @@ def steplaw_like(optimum: float, rng: random.Random, noise: float = 0.0005) -> L
 
 def main(argv: list[str] | None = None) -> int:
     from sweeper.commands.replay import sweep_policies
-    from sweeper.schema import load_sweep
+    from sweeper.spec.schema import load_sweep
 
     parser = argparse.ArgumentParser(prog="python -m sweeper.search.priorsim", description=__doc__.splitlines()[0])
     parser.add_argument("--yaml", required=True, help="a sweep with `model.depths` (its top-level lr policy is used)")

@@ -29,7 +29,7 @@ from typing import Any
 
 import polars as pl
 
-from sweeper.bracketing import CellDecision, GridPoint, LRPolicy, canonical, decide, initial_grid
+from sweeper.search.bracketing import CellDecision, GridPoint, LRPolicy, canonical, decide, initial_grid
 from sweeper.errors import UserError
 
 DEFAULT_TOLERANCE = 0.01  # relative: recorded LRs are rounded to 4 significant digits; grid steps are ≥ 10%

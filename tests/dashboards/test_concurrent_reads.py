@@ -16,7 +16,7 @@ import polars as pl
 from dashboards.data import Filters
 from dashboards.live import Dashboard
 from dashboards.synthetic import SyntheticSpec, write_in_steps
-from sweeper.store import load_cells, load_curves, load_points
+from sweeper.records.store import load_cells, load_curves, load_points
 
 SPEC = SyntheticSpec(
     methods=("pre", "layerrope"), depths=(4, 8, 16), seeds=(0, 1), lrs_per_cell=4, steps=100, report_every=5

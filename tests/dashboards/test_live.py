@@ -11,7 +11,7 @@ from dashboards import figures
 from dashboards.data import Filters
 from dashboards.live import Dashboard, LiveModel
 from dashboards.synthetic import SyntheticSpec, SyntheticSweep
-from sweeper.store import load_curves, load_points
+from sweeper.records.store import load_curves, load_points
 
 SMALL = SyntheticSpec(
     methods=("pre", "layerrope"), depths=(4, 8), seeds=(0, 1), lrs_per_cell=4, steps=60, report_every=10
@@ -146,7 +146,7 @@ def test_a_damaged_chunk_is_reported_and_the_last_good_state_kept(tmp_path):
 
 
 def test_a_sweep_with_no_results_yet_shows_empty_figures_then_fills_in(tmp_path):
-    from sweeper.store import MANIFEST, STORE_VERSION, write_json_atomic
+    from sweeper.records.store import MANIFEST, STORE_VERSION, write_json_atomic
 
     root = tmp_path / "s"
     root.mkdir()

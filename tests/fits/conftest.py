@@ -1,4 +1,4 @@
-"""Synthetic sweep directories with known truths, written through the real `sweeper.store.StoreWriter`.
+"""Synthetic sweep directories with known truths, written through the real `sweeper.records.store.StoreWriter`.
 
 Each method has a loss surface `E + A·depth^(-α) + k·log(lr / LR*)²` with `LR* = c·depth^b`,
 swept on a factor-2 grid of powers of two around LR* (or through LR* itself, `on_optimum`); points more than 8× above LR* diverge.
@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sweeper.store import MANIFEST, STORE_VERSION, StoreWriter
+from sweeper.records.store import MANIFEST, STORE_VERSION, StoreWriter
 
 WIDTH, VOCAB, SEQ, TOKENS = 128, 32000, 256, 2_000_000
 INIT_LOSS = math.log(VOCAB)

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sweeper.fits import powerlaw
-from sweeper.fits.powerlaw import fit_loss_curve, small_sample_factor
+from sweeper.analysis.fits import powerlaw
+from sweeper.analysis.fits.powerlaw import fit_loss_curve, small_sample_factor
 
 DEPTHS = np.array([48, 64, 96, 128, 192, 256, 384, 512], dtype=float)
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from sweeper.errors import UserError
-from sweeper.fits.collect import collect
-from sweeper.fits.report import FitOptions, build_report, to_jsonable
+from sweeper.analysis.fits.collect import collect
+from sweeper.analysis.fits.report import FitOptions, build_report, to_jsonable
 
 from .conftest import Truth, params_of
 

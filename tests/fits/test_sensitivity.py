@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from sweeper.fits.sensitivity import common_lrs, lr_sensitivity
-from sweeper.fits.units import format_size, parse_size
+from sweeper.analysis.fits.sensitivity import common_lrs, lr_sensitivity
+from sweeper.analysis.fits.units import format_size, parse_size
 
 INIT = math.log(32000)
 

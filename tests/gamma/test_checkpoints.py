@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from sweeper.errors import UserError
-from sweeper.gamma.checkpoints import read_checkpoint
-from sweeper.gamma.report import analyze, summary_rows
+from sweeper.analysis.gamma.checkpoints import read_checkpoint
+from sweeper.analysis.gamma.report import analyze, summary_rows
 
 L, D = 24, 64
 

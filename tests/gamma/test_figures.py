@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from dashboards import gamma_figures as gf
-from sweeper.gamma.checkpoints import ModelGains, SiteGains
-from sweeper.gamma.report import analyze
+from sweeper.analysis.gamma.checkpoints import ModelGains, SiteGains
+from sweeper.analysis.gamma.report import analyze
 
 
 def _model(planted, name: str, kinds: dict[str, str], n_layers: int, source: str = "safetensors",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sweeper.gamma.layouts import UnknownLayout, detect_layouts, sample_names
+from sweeper.analysis.gamma.layouts import UnknownLayout, detect_layouts, sample_names
 
 
 def _names(prefix: str, leaves: list[str], n: int = 3, param: str = "weight") -> list[str]:

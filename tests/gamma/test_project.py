@@ -17,8 +17,8 @@ from safetensors.torch import save_file
 
 from models import ModelConfig, build_model
 from sweeper.errors import UserError
-from sweeper.gamma.checkpoints import read_checkpoint
-from sweeper.gamma.report import analyze
+from sweeper.analysis.gamma.checkpoints import read_checkpoint
+from sweeper.analysis.gamma.report import analyze
 
 DEPTH, WIDTH = 12, 32
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from sweeper.gamma import stats
+from sweeper.analysis.gamma import stats
 
 DEPTH = np.arange(1, 25)
 

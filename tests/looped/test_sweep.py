@@ -11,8 +11,8 @@ import pytest
 from models import count_params, named_config
 from sweeper.cli import main
 from sweeper.errors import UserError
-from sweeper.planner import build_plan
-from sweeper.schema import load_sweep, validate_data
+from sweeper.search.planner import build_plan
+from sweeper.spec.schema import load_sweep, validate_data
 from trials.run import run_trial
 from trials.spec import TrialSpec
 
@@ -91,8 +91,8 @@ def test_fits_and_dashboards_put_the_loop_count_on_the_x_axis(tmp_path, capsys):
     from dashboards.data import load_sweep as load_dashboard
     from dashboards.figures.scaling import optimal_lr, scaling
     from dashboards.synthetic import SyntheticSpec, SyntheticSweep
-    from sweeper.fits.report import LOOPS_LABEL
-    from sweeper.store import MANIFEST, read_manifest, write_json_atomic
+    from sweeper.analysis.fits.report import LOOPS_LABEL
+    from sweeper.records.store import MANIFEST, read_manifest, write_json_atomic
 
     sweep = SyntheticSweep(tmp_path / "s", SyntheticSpec(methods=("pre", "layerrope"), depths=(1, 2, 4, 8), lrs_per_cell=5))
     sweep.finish()

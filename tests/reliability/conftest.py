@@ -159,7 +159,7 @@ def ledger_trials(sweep: Path) -> list[dict[str, Any]]:
     """Every Optuna trial in the sweep's ledger: point id, state, value, attempt."""
     import optuna
 
-    from sweeper.ledger import storage_url
+    from sweeper.records.ledger import storage_url
 
     storage = optuna.storages.RDBStorage(storage_url("sqlite", sweep))
     out = []
@@ -178,7 +178,7 @@ def finished_in_ledger(sweep: Path) -> dict[str, dict[str, Any]]:
 
 
 def objectives(sweep: Path) -> dict[str, float | None]:
-    from sweeper.store import load_points
+    from sweeper.records.store import load_points
 
     points = load_points(sweep)
     return dict(zip(points["point_id"].to_list(), points["objective"].to_list()))

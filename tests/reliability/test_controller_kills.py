@@ -29,7 +29,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sweeper.store import load_curves, load_points
+from sweeper.records.store import load_curves, load_points
 
 from .conftest import KILL_SWEEP, Driver, finished_in_ledger, ledger_trials, optima_cells, wait_for, write_sweep
 
@@ -173,11 +173,11 @@ def test_driver_killed_six_times_completes_with_the_uninterrupted_results(ray_se
 
 
 def _state(tmp_path: Path, **overrides: Any):
-    from sweeper.ledger import Ledger, storage_url
-    from sweeper.planner import build_plan
-    from sweeper.schema import validate_data
-    from sweeper.state import SweepState
-    from sweeper.store import StoreWriter
+    from sweeper.records.ledger import Ledger, storage_url
+    from sweeper.search.planner import build_plan
+    from sweeper.spec.schema import validate_data
+    from sweeper.run.state import SweepState
+    from sweeper.records.store import StoreWriter
 
     raw = {"name": "unit", "methods": ["pre"], "model": {"width": 32, "heads": 2, "depths": [2], "seq_len": 32},
            "train": {"steps": 30, "batch_size": 4}, "lr": {"grid": [1e-3, 3e-3, 1e-2, 3e-2]}, "stack": 1,
@@ -237,7 +237,7 @@ def test_explored_points_do_not_depend_on_the_order_trials_finish(seed, points, 
     """The bracketing policy decides on complete information, so a cell explores the same learning
     rates (and finds the same optimum) whatever order its trials finish in — also on multi-modal
     loss curves, where an eager extension from a partial grid used to find another optimum."""
-    from sweeper.bracketing import GridPoint, LRPolicy, decide
+    from sweeper.search.bracketing import GridPoint, LRPolicy, decide
 
     policy = LRPolicy(lo=1e-7, hi=10.0, center=1e-3, points=points, factor=2.0, refine=refine, max_points=40)
 

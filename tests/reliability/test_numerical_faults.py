@@ -18,7 +18,7 @@ import polars as pl
 import pytest
 
 from sweeper.cli import main
-from sweeper.store import load_curves, load_points
+from sweeper.records.store import load_curves, load_points
 
 from .conftest import cli_cmd, objectives, optima_json, write_sweep
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from sweeper.store import load_points
+from sweeper.records.store import load_points
 
 from .conftest import KILL_SWEEP, Driver, cli_cmd, optima_cells, optima_json, wait_for, write_sweep
 
@@ -75,7 +75,7 @@ CORRUPTOR = r"""
 import json, sys
 from pathlib import Path
 from sweeper.errors import UserError
-from sweeper.store import load_cells, load_curves, load_points
+from sweeper.records.store import load_cells, load_curves, load_points
 
 root, targets = Path(sys.argv[1]), json.loads(sys.argv[2])
 readers = {"points": lambda: load_points(root, latest=False), "curves": lambda: load_curves(root),

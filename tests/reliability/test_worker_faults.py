@@ -20,7 +20,7 @@ import polars as pl
 import pytest
 
 from sweeper.cli import main
-from sweeper.store import load_curves, load_points
+from sweeper.records.store import load_curves, load_points
 
 from .conftest import Driver, fired, ledger_trials, objectives, optima_json, wait_for, write_sweep
 

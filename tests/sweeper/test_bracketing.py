@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from sweeper.bracketing import (
+from sweeper.search.bracketing import (
     CellDecision,
     GridPoint,
     LRPolicy,
@@ -349,7 +349,7 @@ def test_new_options_are_validated():
 def test_shipped_first_grids_keep_stacks_filled(name):
     from pathlib import Path
 
-    from sweeper.schema import load_sweep
+    from sweeper.spec.schema import load_sweep
 
     cfg = load_sweep(Path(__file__).resolve().parents[2] / "sweeps" / name).config
     for method in cfg.methods:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from sweeper import catalog
+from sweeper.spec import catalog
 
 
 def test_scheme_names_match_the_registry():
@@ -25,7 +25,7 @@ def test_named_sizes_match_models_named():
 
 def test_validation_imports_neither_torch_nor_ray():
     code = (
-        "import sys; from sweeper.schema import validate_data; "
+        "import sys; from sweeper.spec.schema import validate_data; "
         "validate_data({'name': 'x', 'methods': ['pre'], 'model': {'depths': [2]}, 'train': {'steps': 5}}); "
         "print(sorted(m for m in ('torch', 'ray', 'optuna') if m in sys.modules))"
     )

@@ -22,8 +22,8 @@ import polars as pl
 import pytest
 
 from sweeper.cli import main
-from sweeper.ledger import storage_url
-from sweeper.store import load_cells, load_curves, load_points
+from sweeper.records.ledger import storage_url
+from sweeper.records.store import load_cells, load_curves, load_points
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ from wsgiref.util import setup_testing_defaults
 import optuna
 import pytest
 
-from sweeper.ledger import Ledger, storage_url
+from sweeper.records.ledger import Ledger, storage_url
 
 
 @pytest.fixture(params=["sqlite", "journal"])

@@ -17,7 +17,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from sweeper.bracketing import LRPolicy
+from sweeper.search.bracketing import LRPolicy
 from sweeper.cli import main
 from sweeper.errors import UserError
 from sweeper.commands.replay import parse_shifts

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sweeper.errors import UserError
-from sweeper.schema import load_sweep
+from sweeper.spec.schema import load_sweep
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
 NEEDS_LOCAL_DATA = {"vit.yaml": "/data/imagenet/train", "depth.yaml": "/data/c4-en-t5-9B", "ladder.yaml": "/data/c4-en-t5-110B"}

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.ledger import Ledger, storage_url
-from sweeper.planner import auto_stack, build_plan
-from sweeper.schema import validate_data
-from sweeper.state import SweepState
-from sweeper.store import StoreWriter
+from sweeper.records.ledger import Ledger, storage_url
+from sweeper.search.planner import auto_stack, build_plan
+from sweeper.spec.schema import validate_data
+from sweeper.run.state import SweepState
+from sweeper.records.store import StoreWriter
 
 
 def make_state(tmp_path: Path, **overrides: object) -> SweepState:
@@ -87,7 +87,7 @@ def test_trials_ask_for_the_yamls_resources_gpu_fractions_included(tmp_path: Pat
     by_depth = {c["spec"]["model"]["depth"]: c["resources"] for c in configs}
     assert by_depth == {2: {"CPU": 1.0, "GPU": 0.125}, 4: {"CPU": 2.0, "GPU": 0.25}}
     pytest.importorskip("ray")
-    from sweeper.searcher import trial_resources
+    from sweeper.run.tune_adapters import trial_resources
 
     bundles = trial_resources(configs[0]).bundles
     assert bundles == [configs[0]["resources"]]
@@ -96,7 +96,7 @@ def test_trials_ask_for_the_yamls_resources_gpu_fractions_included(tmp_path: Pat
 def test_slot_time_accounting(tmp_path: Path) -> None:
     """The launch summary's figures: training summed over trials, trial lifetimes, and the overhead ratio
     wall / (summed training / slots), which is 1.0 when every slot trained all the time."""
-    from sweeper.driver import LaunchSummary
+    from sweeper.run.launch import LaunchSummary
 
     state = make_state(tmp_path)
     now = {"t": 100.0}

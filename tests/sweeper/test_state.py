@@ -11,12 +11,12 @@ import optuna
 import pytest
 
 from sweeper.cli import main
-from sweeper.driver import manifest_for
-from sweeper.ledger import Ledger, storage_url
-from sweeper.planner import build_plan
-from sweeper.schema import validate_data
-from sweeper.state import FINISHED, SweepState
-from sweeper.store import (
+from sweeper.run.launch import manifest_for
+from sweeper.records.ledger import Ledger, storage_url
+from sweeper.search.planner import build_plan
+from sweeper.spec.schema import validate_data
+from sweeper.run.state import FINISHED, SweepState
+from sweeper.records.store import (
     MANIFEST,
     StoreWriter,
     load_cells,
@@ -334,7 +334,7 @@ def test_failed_points_are_retried_only_when_asked(tmp_path):
 def test_the_driver_explores_what_decide_alone_explores_with_the_new_lr_options(tmp_path):
     """The state machine (stacks, ledger, store) and `decide` run on its own agree LR for LR, with
     the options of the shipped sweeps (refine: vertex, vertex_first, failed_neighbour: half_step)."""
-    from sweeper.bracketing import GridPoint, decide
+    from sweeper.search.bracketing import GridPoint, decide
 
     def loss(depth, lr):  # asymmetric and sharper than a parabola; optimum 0.03 / depth
         u = math.log(lr * depth / 0.03)

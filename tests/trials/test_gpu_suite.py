@@ -81,7 +81,7 @@ def test_memory_prediction_is_where_stack_auto_grants_the_stack(device: str, tmp
     from dataclasses import replace
 
     from sweeper.commands.bench_suite import SuiteConfig, _cell_for, predicted_trial_bytes
-    from sweeper.planner import auto_stack
+    from sweeper.search.planner import auto_stack
 
     cfg = SuiteConfig.make(device, False, None)
     cell = _cell_for(cfg, tmp_path, depth=48, batch=512, micro_batch=16, name="memory")

@@ -264,7 +264,7 @@ def _kill_midway(out: Path, args: list[str]) -> None:
 
 def test_a_killed_prepare_is_never_read_and_a_rerun_completes_it(corpus: dict[str, Path], prepared: Path, tmp_path: Path) -> None:
     from sweeper.errors import UserError
-    from sweeper.schema import load_sweep
+    from sweeper.spec.schema import load_sweep
 
     out = tmp_path / "killed"
     _kill_midway(out, ["jsonl", str(corpus["jsonl"]), str(corpus["tokenizer"]), "32"])
@@ -399,10 +399,10 @@ def test_bad_input_is_one_line_and_exit_2(corpus: dict[str, Path], prepared: Pat
 def test_the_sweep_checks_its_vocab_and_records_its_fingerprint(prepared: Path, tmp_path: Path) -> None:
     """Launch opens the corpus once: its fingerprint is the sweep's corpus fingerprint, and a model.vocab
     that misses some of its ids is one clear error before any trial starts."""
-    from sweeper.driver import preflight_data
+    from sweeper.run.launch import preflight_data
     from sweeper.errors import UserError
-    from sweeper.planner import build_plan
-    from sweeper.schema import load_sweep
+    from sweeper.search.planner import build_plan
+    from sweeper.spec.schema import load_sweep
 
     manifest = json.loads((prepared / MANIFEST).read_text())
     for vocab in (320, 100):

@@ -9,9 +9,9 @@ import pytest
 
 from sweeper.cli import main
 from sweeper.errors import UserError
-from sweeper.planner import build_plan
-from sweeper.schema import load_sweep, validate_data
-from sweeper.store import load_cells, load_points, read_manifest
+from sweeper.search.planner import build_plan
+from sweeper.spec.schema import load_sweep, validate_data
+from sweeper.records.store import load_cells, load_points, read_manifest
 from trials.config import DataConfig
 from trials.run import run_trial
 from trials.spec import TrialSpec

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from models.config import ModelConfig
-from sweeper.bracketing import LRPolicy
+from sweeper.search.bracketing import LRPolicy
 from sweeper.errors import UserError
-from sweeper.schema import BYTE_VOCAB, MethodSpec, SweepConfig, deep_merge, resolve_path
+from sweeper.spec.schema import BYTE_VOCAB, MethodSpec, SweepConfig, deep_merge, resolve_path
 from trials.config import DataConfig, DivergenceConfig, TrainConfig
 
 # Training settings that change how fast a trial runs, not what it computes.

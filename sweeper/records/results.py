@@ -1,7 +1,7 @@
 """Read-side views of a sweep directory: the optimum of every cell and run progress.
 
 Used by `sweeper status`, `sweeper optima` (and anything else that wants per-cell
-optima): grid best and interpolated optimum always come from `sweeper.bracketing`, from
+optima): grid best and interpolated optimum always come from `sweeper.search.bracketing`, from
 the points as stored, so every reader agrees with the driver.
 """
 
@@ -14,8 +14,8 @@ from typing import Any
 
 import polars as pl
 
-from sweeper.bracketing import GridPoint, interpolate_optimum
-from sweeper.store import load_cells, load_points, read_manifest
+from sweeper.search.bracketing import GridPoint, interpolate_optimum
+from sweeper.records.store import load_cells, load_points, read_manifest
 
 
 def _finite(x: Any) -> float | None:

@@ -80,7 +80,7 @@ def is_storage_error(exc: BaseException) -> bool:
 
 def describe(exc: BaseException, ledger: str | None = None) -> str:
     """One line: what failed and what to do."""
-    from sweeper.ledger import LOCK_TIMEOUT_ENV, lock_timeout
+    from sweeper.records.ledger import LOCK_TIMEOUT_ENV, lock_timeout
 
     where = f"ledger {ledger}" if ledger else "the ledger"
     disk = _disk_error(exc)

@@ -25,7 +25,7 @@ from ray.tune import Callback
 from ray.tune.search import Searcher
 from ray.tune.stopper import Stopper
 
-from sweeper.state import FINISHED, SweepState
+from sweeper.run.state import FINISHED, SweepState
 
 _ACTIVE: SweepState | None = None
 _HOOKS: list[Any] = []  # called with the state after every Tune loop step (the live display)
@@ -39,7 +39,7 @@ def activate(state: SweepState | None, hooks: list[Any] | None = None) -> None:
 
 def active() -> SweepState:
     if _ACTIVE is None:
-        raise RuntimeError("no sweep is active in this process (sweeper.searcher.activate was not called)")
+        raise RuntimeError("no sweep is active in this process (sweeper.run.tune_adapters.activate was not called)")
     return _ACTIVE
 
 
@@ -53,7 +53,7 @@ def _stop_on_storage_fault(method: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return method(*args, **kwargs)
         except Exception as exc:
-            from sweeper.storage_errors import is_storage_error
+            from sweeper.records.storage_errors import is_storage_error
 
             if _ACTIVE is None or not is_storage_error(exc):
                 raise

@@ -15,14 +15,14 @@ from typing import Any
 import polars as pl
 
 from sweeper.errors import UserError
-from sweeper.store import CURVES_SCHEMA, StoreWriter, _read_chunks
+from sweeper.records.store import CURVES_SCHEMA, StoreWriter, _read_chunks
 
 
 def rebuild_store(sweep_dir: Path, ledger: Any) -> Path:
     """Returns where the old store was moved. The ledger is read completely before anything is
     touched: an unreadable or empty ledger leaves the store where it is (rebuilding from it would
     replace every result with an empty table)."""
-    from sweeper.storage_errors import as_user_error
+    from sweeper.records.storage_errors import as_user_error
 
     store = sweep_dir / "store"
     try:
@@ -72,7 +72,7 @@ def rebuild_store(sweep_dir: Path, ledger: Any) -> Path:
 
 def policies_from_yaml(sweep_dir: Path) -> dict[str, Any]:
     """Each cell's LR policy from the latest YAML copy in the sweep directory ({} if none reads)."""
-    from sweeper.schema import load_sweep
+    from sweeper.spec.schema import load_sweep
 
     copies = sorted(sweep_dir.glob("sweep*.yaml"), key=lambda p: (len(p.name), p.name))
     if not copies:
@@ -91,7 +91,7 @@ def policies_from_yaml(sweep_dir: Path) -> dict[str, Any]:
 def cell_rows_from_points(rows: list[dict[str, Any]], cells: dict[str, dict[str, Any]],
                           policies: dict[str, Any]) -> list[dict[str, Any]]:
     """Cell snapshot rows re-derived from point rows with the bracketing policy."""
-    from sweeper.bracketing import GridPoint, LRPolicy, decide
+    from sweeper.search.bracketing import GridPoint, LRPolicy, decide
 
     by_cell: dict[str, list[dict[str, Any]]] = {}
     for row in rows:

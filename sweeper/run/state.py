@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sweeper.bracketing import ACTIVE_STATES, CellDecision, GridPoint, decide, initial_grid, predicted_grid
-from sweeper.ledger import Ledger, LedgerPoint
-from sweeper.planner import Cell, Plan, auto_stack
+from sweeper.search.bracketing import ACTIVE_STATES, CellDecision, GridPoint, decide, initial_grid, predicted_grid
+from sweeper.records.ledger import Ledger, LedgerPoint
+from sweeper.search.planner import Cell, Plan, auto_stack
 
 FINISHED = "FINISHED"  # what `next_stack` returns when every cell is done (the Searcher maps it)
 FLUSH_SECONDS = 1.0
@@ -265,7 +265,7 @@ class SweepState:
         if len({x for x, _ in known}) < 2:
             return initial_grid(cell.policy)
         try:
-            from sweeper.fits import predict_optimal_lr
+            from sweeper.analysis.fits import predict_optimal_lr
 
             pred = predict_optimal_lr([x for x, _ in known], [lr for _, lr in known], cell.x)
         except Exception as exc:  # a failed fit falls back to the YAML's grid, visibly
@@ -432,7 +432,7 @@ class SweepState:
             self.on_result(tune_trial_id, pids, {**result, "members": result.get("members") or []})
         touched = set()
         unrestorable = bool(error) and tune_trial_id in self.restored_trials and tune_trial_id not in self.reported_trials
-        from sweeper.storage_errors import is_transient_text
+        from sweeper.records.storage_errors import is_transient_text
 
         if is_transient_text(error):  # a full disk killed the trial (its checkpoint): stop, resume later
             self.record_fault(OSError(28, "No space left on device", "a trial's checkpoint"))
@@ -482,7 +482,7 @@ class SweepState:
         in-flight points stay active and resume on the next launch. True the first time."""
         first = self.fault is None
         if first:
-            from sweeper.storage_errors import describe
+            from sweeper.records.storage_errors import describe
 
             self.fault = describe(exc, self.ledger.url)
             self.messages.append(f"stopping: {self.fault}")

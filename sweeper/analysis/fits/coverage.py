@@ -1,4 +1,4 @@
-"""Benchmark: how often do the 95% intervals contain the truth? `python -m sweeper.fits.coverage`.
+"""Benchmark: how often do the 95% intervals contain the truth? `python -m sweeper.analysis.fits.coverage`.
 
 Draws synthetic depth sweeps with known `E + A·x^(-α)` (and a known LR law) plus Gaussian
 noise, fits each draw, and prints the share of draws whose interval contains the true E, α,
@@ -14,8 +14,8 @@ import time
 
 import numpy as np
 
-from sweeper.fits.lrlaw import fit_lr_law
-from sweeper.fits.powerlaw import SCHEMES, fit_loss_curve
+from sweeper.analysis.fits.lrlaw import fit_lr_law
+from sweeper.analysis.fits.powerlaw import SCHEMES, fit_loss_curve
 
 DEPTHS = np.array([48, 64, 96, 128, 192, 256, 384, 512], dtype=float)
 TRUTH = {"E": 3.2, "A": 40.0, "alpha": 0.9}
@@ -60,7 +60,7 @@ SHARED_TRUTH = {"E": 3.0, "methods": {"a": (6.0, 0.5), "b": (9.0, 0.7), "c": (4.
 
 def shared_coverage(points: int, draws: int, resamples: int, noise: float, seed: int = 99) -> dict:
     """Coverage of the shared-E fit: the common E and each method's α."""
-    from sweeper.fits.shared import fit_shared_e
+    from sweeper.analysis.fits.shared import fit_shared_e
 
     x = DEPTHS[np.linspace(0, DEPTHS.size - 1, points).astype(int)]
     rng = np.random.default_rng(seed)
@@ -76,7 +76,7 @@ def shared_coverage(points: int, draws: int, resamples: int, noise: float, seed:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sweeper.fits.coverage", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m sweeper.analysis.fits.coverage", description=__doc__.splitlines()[0])
     parser.add_argument("--draws", type=int, default=400)
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument("--noise", type=float, default=0.01, help="standard deviation of the loss noise")

@@ -7,7 +7,7 @@ the same (at width 128 it is the width-limited floor, not the data's entropy), a
 one E to all of them makes the α_m comparable and uses every point to pin E down.
 
 Fit: the profile over E (grid over [0, max loss], then Brent), where for each E every
-method's best (A_m ≥ 0, α_m) has the α-scan closed form of `sweeper.fits.powerlaw`; then a
+method's best (A_m ≥ 0, α_m) has the α-scan closed form of `sweeper.analysis.fits.powerlaw`; then a
 joint trust-region polish of all 1 + 2M parameters. Intervals: the calibrated residual
 bootstrap, resampling each method's residuals within that method, with t-calibration on the
 joint residual degrees of freedom; each replicate is refitted by the same profile (coarser
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import least_squares, minimize_scalar
 
-from sweeper.fits.estimate import Estimate, estimate, small_sample_factor, width_warnings
-from sweeper.fits.loglog import fit_power_law
-from sweeper.fits.powerlaw import (
+from sweeper.analysis.fits.estimate import Estimate, estimate, small_sample_factor, width_warnings
+from sweeper.analysis.fits.loglog import fit_power_law
+from sweeper.analysis.fits.powerlaw import (
     ALPHA_BOUNDS,
     ALPHA_GRID_SIZE,
     DEFAULT_RESAMPLES,
@@ -368,7 +368,7 @@ def apply_shared_e(methods: dict, series: dict, opts) -> dict:
     The independent per-method fits stay under `loss_fit_independent` / `compute_fit_independent`.
     Returns the document's `shared_e` summary (E with its interval per axis, and warnings).
     """
-    from sweeper.fits.report import _xy, holdout_record, loss_fit_section
+    from sweeper.analysis.fits.report import _xy, holdout_record, loss_fit_section
 
     summary: dict = {"warnings": []}
     targets = np.asarray(opts.targets, dtype=float)

@@ -1,6 +1,6 @@
 """From gains to results: the JSON document `sweeper gamma` writes, and its summary rows.
 
-`analyze(models, group)` runs the statistics of `sweeper.gamma.stats` on each selected site of
+`analyze(models, group)` runs the statistics of `sweeper.analysis.gamma.stats` on each selected site of
 each model and returns a JSON-safe dict (NaN becomes null):
 
     {"version": 1, "site_group": "mlp", "models": [
@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from sweeper.gamma import stats
-from sweeper.gamma.checkpoints import ModelGains, SiteGains
-from sweeper.gamma.layouts import SITE_GROUPS, SITES
+from sweeper.analysis.gamma import stats
+from sweeper.analysis.gamma.checkpoints import ModelGains, SiteGains
+from sweeper.analysis.gamma.layouts import SITE_GROUPS, SITES
 
 RESULTS_VERSION = 1
 _DIGITS = 6
@@ -52,7 +52,7 @@ def _clean(value: Any) -> Any:
 
 
 def analyze_site(site: SiteGains) -> dict[str, Any]:
-    """Every statistic of one site (see `sweeper.gamma.stats` for the definitions)."""
+    """Every statistic of one site (see `sweeper.analysis.gamma.stats` for the definitions)."""
     depth, gains = site.depth, site.gains
     profile = stats.magnitude_profile(gains)
     cos = stats.cosine_matrix(gains)

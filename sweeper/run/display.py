@@ -10,7 +10,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
-from sweeper.table import cells_table, counts_line, status_counts
+from sweeper.records.table import cells_table, counts_line, status_counts
 
 REFRESH_SECONDS = 0.5
 

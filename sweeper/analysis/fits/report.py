@@ -18,13 +18,13 @@ from typing import Any, Literal
 
 import numpy as np
 
-from sweeper.fits.collect import CDef, CellSensitivity, NDef, SizeResult, SweepResults, XAxis
-from sweeper.fits.estimate import Estimate
-from sweeper.fits.loglog import PowerLawFit
-from sweeper.fits.lrlaw import EXTRAPOLATION_NOTE, EXTRAPOLATION_WARN, fit_lr_law
-from sweeper.fits.powerlaw import DEFAULT_RESAMPLES, LossFit, Scheme, fit_loss_curve
-from sweeper.fits.sensitivity import common_lrs, lr_sensitivity
-from sweeper.fits.units import format_size
+from sweeper.analysis.fits.collect import CDef, CellSensitivity, NDef, SizeResult, SweepResults, XAxis
+from sweeper.analysis.fits.estimate import Estimate
+from sweeper.analysis.fits.loglog import PowerLawFit
+from sweeper.analysis.fits.lrlaw import EXTRAPOLATION_NOTE, EXTRAPOLATION_WARN, fit_lr_law
+from sweeper.analysis.fits.powerlaw import DEFAULT_RESAMPLES, LossFit, Scheme, fit_loss_curve
+from sweeper.analysis.fits.sensitivity import common_lrs, lr_sensitivity
+from sweeper.analysis.fits.units import format_size
 
 VERSION = 1
 CURVE_POINTS = 120
@@ -110,7 +110,7 @@ def build_report(results: SweepResults, opts: FitOptions) -> dict[str, Any]:
         methods[method] = _method_section(method, sizes, results.cells, opts)
 
     if opts.shared_e:
-        from sweeper.fits.shared import apply_shared_e
+        from sweeper.analysis.fits.shared import apply_shared_e
 
         shared_summary = apply_shared_e(methods, series, opts)
         global_warnings.extend(shared_summary["warnings"])

@@ -40,13 +40,13 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from sweeper import catalog
+from sweeper.spec import catalog
 from sweeper.errors import UserError
-from sweeper.yamlio import LoadedYaml, YamlProblem, load_file
+from sweeper.spec.yamlio import LoadedYaml, YamlProblem, load_file
 from trials.config import DataConfig, DivergenceConfig, TrainConfig
 
 if TYPE_CHECKING:
-    from sweeper.bracketing import LRPolicy
+    from sweeper.search.bracketing import LRPolicy
 
 BUDGET_KEYS = ("steps", "tokens", "tokens_per_param")
 MAX_DEPTH = 10_000
@@ -177,7 +177,7 @@ class LRSection(Strict):
         return 1 + max(0, round(math.log(self.span) / math.log(self.factor)))
 
     def to_policy(self) -> "LRPolicy":
-        from sweeper.bracketing import LRPolicy
+        from sweeper.search.bracketing import LRPolicy
 
         return LRPolicy(
             lo=self.bounds[0], hi=self.bounds[1], center=self.center, points=self.initial_points, factor=self.factor,

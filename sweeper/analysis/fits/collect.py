@@ -8,14 +8,14 @@ Rules (stated in `sweeper fit`'s output and in fits.json's `inputs`):
   upper bound and their LR a bound. Pending, running and all-diverged cells are excluded.
 - A cell's loss is its best objective among `ok` points; diverged and failed points never
   enter a loss fit. Its optimal LR is the driver's interpolated optimum (parabola in log
-  LR, `sweeper.bracketing.interpolate_optimum`, stored in cells.parquet) when available,
+  LR, `sweeper.search.bracketing.interpolate_optimum`, stored in cells.parquet) when available,
   otherwise the grid best (`lr_source="grid"` forces the grid best).
 - Several seeds of one (method, size): the loss is the mean of the seeds' best objectives,
   the optimal LR the geometric mean; the seeds' spread is kept for the output.
 - Sensitivity is computed per finished cell (bracketed, edge or diverged) from all its
   finished points except failed ones (a crash says nothing about the loss).
 
-Reads through `sweeper.store` only (polars); the fitting modules never touch the store.
+Reads through `sweeper.records.store` only (polars); the fitting modules never touch the store.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any, Literal
 import numpy as np
 
 from sweeper.errors import UserError
-from sweeper.fits.sensitivity import Sensitivity, lr_sensitivity
+from sweeper.analysis.fits.sensitivity import Sensitivity, lr_sensitivity
 
 XAxis = Literal["depth", "params", "compute"]
 NDef = Literal["nonembed", "total"]
@@ -148,7 +148,7 @@ def collect(
     lr_source: Literal["interp", "grid"] = "interp",
 ) -> SweepResults:
     """The per-(method, size) results of a sweep; UserError when there is nothing to fit."""
-    from sweeper.store import load_cells, load_points, read_manifest
+    from sweeper.records.store import load_cells, load_points, read_manifest
 
     root = Path(sweep_dir)
     manifest = read_manifest(root)

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from sweeper.errors import UserError
-from sweeper.gamma.layouts import (
+from sweeper.analysis.gamma.layouts import (
     UnknownLayout,
     detect_layouts,
     model_type,

@@ -5,10 +5,10 @@ Pure numpy/scipy (neither Ray nor torch). Modules:
 - `shared`: the same form with one E shared across methods;
 - `lrlaw`: `LR* = c·x^b` and `predict_optimal_lr` (the planner's `prior: extrapolate`);
 - `sensitivity`: Wortsman LR sensitivity and the near-optimal LR range of a cell;
-- `collect`: the per-(method, size) results of a sweep directory, read through `sweeper.store`;
+- `collect`: the per-(method, size) results of a sweep directory, read through `sweeper.records.store`;
 - `report`: everything above assembled into the `fits.json` document.
 
-The names below load on first use (PEP 562), so that `sweeper.fits.units` and friends import
+The names below load on first use (PEP 562), so that `sweeper.analysis.fits.units` and friends import
 without scipy: the CLI's argument errors must answer in well under a second.
 """
 
@@ -18,16 +18,16 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "Estimate": "sweeper.fits.estimate",
-    "LRLawFit": "sweeper.fits.lrlaw",
-    "LRPrediction": "sweeper.fits.lrlaw",
-    "fit_lr_law": "sweeper.fits.lrlaw",
-    "predict_optimal_lr": "sweeper.fits.lrlaw",
-    "LossFit": "sweeper.fits.powerlaw",
-    "fit_loss_curve": "sweeper.fits.powerlaw",
-    "Sensitivity": "sweeper.fits.sensitivity",
-    "lr_sensitivity": "sweeper.fits.sensitivity",
-    "parse_size": "sweeper.fits.units",
+    "Estimate": "sweeper.analysis.fits.estimate",
+    "LRLawFit": "sweeper.analysis.fits.lrlaw",
+    "LRPrediction": "sweeper.analysis.fits.lrlaw",
+    "fit_lr_law": "sweeper.analysis.fits.lrlaw",
+    "predict_optimal_lr": "sweeper.analysis.fits.lrlaw",
+    "LossFit": "sweeper.analysis.fits.powerlaw",
+    "fit_loss_curve": "sweeper.analysis.fits.powerlaw",
+    "Sensitivity": "sweeper.analysis.fits.sensitivity",
+    "lr_sensitivity": "sweeper.analysis.fits.sensitivity",
+    "parse_size": "sweeper.analysis.fits.units",
 }
 
 __all__ = [
@@ -47,4 +47,4 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'sweeper.fits' has no attribute {name!r}")
+    raise AttributeError(f"module 'sweeper.analysis.fits' has no attribute {name!r}")

@@ -1,7 +1,7 @@
 """`sweeper launch`: plan the cells, prepare the sweep directory, run the sweep on Ray Tune.
 
 Order of work (nothing is written until every check has passed):
-1. validate the YAML and plan the cells (`sweeper.schema`, `sweeper.planner`);
+1. validate the YAML and plan the cells (`sweeper.spec.schema`, `sweeper.search.planner`);
 2. if the sweep directory exists: refuse settings that would mix incompatible results
    (per-cell fingerprints in the manifest), allow new methods, sizes and seeds;
 3. write the manifest and a copy of the YAML; open the ledger (the record) and the store
@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from sweeper.errors import UserError
-from sweeper.planner import Plan, compat_diff, fingerprint_of
-from sweeper.store import MANIFEST, STORE_VERSION, is_sweep_dir, read_manifest, write_json_atomic
+from sweeper.search.planner import Plan, compat_diff, fingerprint_of
+from sweeper.records.store import MANIFEST, STORE_VERSION, is_sweep_dir, read_manifest, write_json_atomic
 
 ENV_DEFAULTS = {
     "RAY_USAGE_STATS_ENABLED": "0",
@@ -84,7 +84,7 @@ def check_compatible(plan: Plan, manifest: dict[str, Any]) -> None:
             details=details,
         )
     url = manifest.get("ledger")
-    from sweeper.ledger import storage_url
+    from sweeper.records.ledger import storage_url
 
     new_url = storage_url(plan.config.ledger, plan.sweep_dir)
     if url and plan.config.ledger != "sqlite" and url != new_url:
@@ -134,8 +134,8 @@ def _copy_index(name: str) -> int:
 
 def open_store(sweep_dir: Path, ledger: Any, messages: list[str]) -> Any:
     """The store writer; a damaged store is set aside and rebuilt from the ledger."""
-    from sweeper.repair import rebuild_store
-    from sweeper.store import StoreWriter, load_cells, load_curves
+    from sweeper.records.repair import rebuild_store
+    from sweeper.records.store import StoreWriter, load_cells, load_curves
 
     try:
         writer = StoreWriter(sweep_dir)  # reads every point chunk
@@ -256,7 +256,7 @@ def unfinished_trials(experiment_path: str, messages: list[str]) -> dict[str, li
     A run state damaged by a kill is not restored: its in-flight points re-run from the start."""
     from ray.tune import ExperimentAnalysis, Tuner
 
-    from sweeper.searcher import point_ids
+    from sweeper.run.tune_adapters import point_ids
 
     try:
         if not Tuner.can_restore(experiment_path):
@@ -360,7 +360,7 @@ def launch(plan: Plan, *, address: str | None = None, retry_failed: bool = False
     except UserError:
         raise
     except Exception as exc:  # a full disk or a locked ledger outside Tune's loop: one line, not a traceback
-        from sweeper.storage_errors import as_user_error, is_storage_error
+        from sweeper.records.storage_errors import as_user_error, is_storage_error
 
         if not is_storage_error(exc):
             raise
@@ -373,7 +373,7 @@ RESUME_HINT = "every finished result is kept; run the same command again to resu
 
 
 def storage_url_of(plan: Plan) -> str:
-    from sweeper.ledger import storage_url
+    from sweeper.records.ledger import storage_url
 
     return storage_url(plan.config.ledger, plan.sweep_dir)
 
@@ -404,9 +404,9 @@ def check_ledger_has_the_store(url: str, ledger_points: dict[str, list[Any]], st
 
 def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str | None, *, address: str | None,
                    retry_failed: bool, console: Any, started: float) -> LaunchSummary:
-    from sweeper.ledger import Ledger, storage_url
-    from sweeper.state import SweepState
-    from sweeper.store import load_cells, load_points
+    from sweeper.records.ledger import Ledger, storage_url
+    from sweeper.run.state import SweepState
+    from sweeper.records.store import load_cells, load_points
 
     sweep_dir = plan.sweep_dir
     url = storage_url(plan.config.ledger, sweep_dir)
@@ -421,7 +421,7 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
     try:
         ledger_points = ledger.load()
     except Exception as exc:
-        from sweeper.storage_errors import as_user_error
+        from sweeper.records.storage_errors import as_user_error
 
         raise as_user_error(exc, url, what="nothing was changed; the store still shows every result") from None
     store = open_store(sweep_dir, ledger, messages)
@@ -435,7 +435,7 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
     import ray  # noqa: F401  (imported by ensure_ray)
     from ray import tune
 
-    from sweeper.searcher import SweepRecorder, SweepSearcher, SweepStopper, activate, trial_dirname, trial_resources
+    from sweeper.run.tune_adapters import SweepRecorder, SweepSearcher, SweepStopper, activate, trial_dirname, trial_resources
 
     ray_seconds = time.time() - ray_started
     concurrency = resolve_concurrency(plan)
@@ -484,7 +484,7 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
     else:
         tuner = new_tuner()
 
-    from sweeper.display import LiveDisplay
+    from sweeper.run.display import LiveDisplay
 
     display = LiveDisplay(state, console=console)
     activate(state, hooks=[display.update])
@@ -523,7 +523,7 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
         try:
             state.flush(force=True)
         except Exception as exc:
-            from sweeper.storage_errors import is_storage_error
+            from sweeper.records.storage_errors import is_storage_error
 
             if not is_storage_error(exc):
                 raise
@@ -537,7 +537,7 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
             _ray.shutdown()
 
     rows = state.cell_rows()
-    from sweeper.table import status_counts
+    from sweeper.records.table import status_counts
 
     if state.expected_corpus and manifest.get("corpus") != state.expected_corpus:
         manifest["corpus"] = state.expected_corpus
@@ -555,7 +555,7 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
             write_json_atomic(sweep_dir / MANIFEST, manifest)
         except OSError:
             pass  # the disk may still be full; the manifest of the previous launch stays valid
-        from sweeper.storage_errors import StorageFault
+        from sweeper.records.storage_errors import StorageFault
 
         raise StorageFault(f"the sweep stopped: {state.fault}; {RESUME_HINT}")
     write_json_atomic(sweep_dir / MANIFEST, manifest)
