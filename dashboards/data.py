@@ -76,9 +76,7 @@ class SweepData:
     sizes: tuple[str, ...] = ()  # ordered by depth, then parameters
     seeds: tuple[int, ...] = ()
     colours: dict[str, str] = field(default_factory=dict)
-    x_kind: str | None = (
-        None  # the manifest's scaling axis: "depth", "params", or "loops" (the depth column holds loop counts)
-    )
+    x_kind: str | None = None  # the manifest's scaling axis: "depth", "params", or "loops" (a loop-count sweep)
 
     @classmethod
     def build(
@@ -163,13 +161,15 @@ class SweepData:
         return self._size_values
 
     def _compute_size_values(self) -> dict[str, dict[str, float]]:
-        """Per size label: its depth, parameters and training compute (FLOPs), where known."""
+        """Per size label: its depth (blocks), loop count (a loop-count sweep), parameters and training
+        compute (FLOPs), where known."""
         out: dict[str, dict[str, float]] = {}
         if self.points.height:
             agg = (
                 self.points.group_by("size")
                 .agg(
                     pl.col("depth").drop_nulls().first(),
+                    pl.col("loops").drop_nulls().first(),
                     pl.col("params").drop_nulls().first(),
                     (pl.col("flops_per_token") * pl.col("tokens"))
                     .filter(pl.col("state") == "ok")
@@ -179,32 +179,33 @@ class SweepData:
                 .sort("size")
             )
             for row in agg.iter_rows(named=True):
-                out[row["size"]] = {k: float(row[k]) for k in ("depth", "params", "compute") if row[k] is not None}
-                if row["depth"] is not None:
-                    out[row["size"]]["loops"] = float(row["depth"])  # a loop-count sweep stores T as its depth
+                out[row["size"]] = {k: float(row[k]) for k in SIZE_VALUES if row[k] is not None}
         if self.cells.height:
             for row in (
-                self.cells.select("size", "depth", "params").unique(subset="size").sort("size").iter_rows(named=True)
+                self.cells.select("size", "depth", "loops", "params").unique(subset="size").sort("size")
+                .iter_rows(named=True)
             ):
                 entry = out.setdefault(row["size"], {})
-                for key in ("depth", "params"):
+                for key in ("depth", "loops", "params"):
                     if key not in entry and row[key] is not None:
                         entry[key] = float(row[key])
-                if "depth" in entry:
-                    entry.setdefault("loops", entry["depth"])
         return out
 
 
+SIZE_VALUES = ("depth", "loops", "params", "compute")
+
+
 def order_sizes(points: pl.DataFrame, cells: pl.DataFrame) -> list[str]:
-    """Size labels from smallest to largest: by depth, then parameters, then label."""
+    """Size labels from smallest to largest: by loop count or depth, then parameters, then label."""
     keys: dict[str, tuple[float, float]] = {}
     for frame in (cells, points):
         if not frame.height:
             continue
-        for row in frame.select("size", "depth", "params").unique(subset="size", keep="first").iter_rows(named=True):
+        for row in frame.select("size", "depth", "loops", "params").unique(subset="size", keep="first").iter_rows(named=True):
             if row["size"] is None:
                 continue
-            depth = float(row["depth"]) if row["depth"] is not None else math.inf
+            along = row["loops"] if row["loops"] is not None else row["depth"]
+            depth = float(along) if along is not None else math.inf
             params = float(row["params"]) if row["params"] is not None else math.inf
             old = keys.get(row["size"])
             keys[row["size"]] = (depth, params) if old is None else min(old, (depth, params))

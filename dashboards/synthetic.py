@@ -21,7 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from sweeper.records.store import FITS, MANIFEST, STORE_VERSION, StoreWriter, write_json_atomic
+from sweeper.records.durable import write_json_atomic
+from sweeper.records.ids import CellId, depth_label, loops_label
+from sweeper.records.rows import CellFacts, CellRow, CurvePoint, PointRow
+from sweeper.records.states import CellStatus, PointState
+from sweeper.records.store import FITS, MANIFEST, STORE_VERSION, StoreWriter
 
 T0 = 1_700_000_000.0  # a fixed start time keeps plots of a fixture byte-identical
 
@@ -62,7 +66,8 @@ def truth_for(method: str) -> MethodTruth:
 class SyntheticSpec:
     name: str = "synthetic-depth"
     methods: tuple[str, ...] = ("pre", "post", "layerrope")
-    depths: tuple[int, ...] = (4, 8, 16, 32)
+    depths: tuple[int, ...] = (4, 8, 16, 32)  # or loop counts, with `loop_blocks`
+    loop_blocks: int | None = None  # a loop-count sweep of networks of this many blocks: `depths` are loop counts
     seeds: tuple[int, ...] = (0,)
     lrs_per_cell: int = 7
     lr_ratio: float = 2.0
@@ -85,7 +90,7 @@ class _Point:
     cell_id: str
     method: str
     size: str
-    depth: int
+    depth: int  # the size's x: blocks, or the loop count of a loop-count sweep (`loop_blocks`)
     seed: int
     lr: float
     outcome: str  # ok | diverged | failed
@@ -119,6 +124,7 @@ class SyntheticSweep:
                 "name": spec.name,
                 "compat_key": "synthetic",
                 "corpus": "synthetic-corpus",
+                **({"x": "loops"} if spec.loop_blocks is not None else {}),
             },
         )
         self.writer = StoreWriter(self.root)
@@ -126,7 +132,7 @@ class SyntheticSweep:
         self._schedule()
         self.t_end = max(p.end for p in self.points)
         self.now = T0 - 1.0
-        self._state: dict[str, dict[str, Any]] = {}
+        self._state: dict[str, PointRow] = {}
 
     # Planning -----------------------------------------------------------------------------
 
@@ -142,7 +148,8 @@ class SyntheticSweep:
                 # one grid per (method, depth), shared by the seeds, as a sweep's prior gives
                 centre = lr_star * math.exp(rng.normal(0.0, s.prior_spread))
                 for seed in s.seeds:
-                    cell_id = f"{method}/L{depth}/s{seed}"
+                    size = depth_label(depth) if s.loop_blocks is None else loops_label(depth)
+                    cell = CellId(method, size, seed)
                     half = (s.lrs_per_cell - 1) / 2
                     for k in range(s.lrs_per_cell):
                         lr = float(f"{centre * s.lr_ratio ** (k - half):.6g}")
@@ -156,7 +163,7 @@ class SyntheticSweep:
                         else:
                             outcome, stop = "ok", s.steps
                         stop = max(stop, s.report_every)
-                        p = _Point(f"{cell_id}/lr={lr:.6g}", cell_id, method, f"L{depth}", depth, seed, lr,
+                        p = _Point(str(cell.point(lr)), str(cell), method, cell.size, depth, seed, lr,
                                    outcome, loss if outcome == "ok" else math.nan, stop)  # fmt: skip
                         p.curve = self._curve(rng, init, loss, p)
                         if outcome == "diverged":
@@ -198,67 +205,66 @@ class SyntheticSweep:
 
     # Writing ------------------------------------------------------------------------------
 
-    def _row(self, p: _Point, state: str, **extra: Any) -> dict[str, Any]:
+    def _row(self, p: _Point, state: PointState, **extra: Any) -> PointRow:
         s = self.spec
         params, nonembed = _params(p.depth, s.width, s.vocab)
-        row = {
-            "point_id": p.point_id, "cell_id": p.cell_id, "method": p.method, "family": "llama",
-            "size": p.size, "depth": p.depth, "width": s.width, "seed": p.seed, "params": params,
-            "params_nonembed": nonembed, "flops_per_token": 6.0 * nonembed + 6.0 * p.depth * 256 * s.width,
-            "lr": p.lr, "state": state, "init_loss": math.log(s.vocab), "trial_id": hashlib.sha256(p.point_id.encode()).hexdigest()[:8],
-            "attempt": 1, "corpus": "synthetic-corpus",
-        }  # fmt: skip
-        row.update(extra)
-        return row
+        looped = s.loop_blocks is not None
+        cell = CellFacts(
+            cell_id=p.cell_id, method=p.method, family="looped" if looped else "llama", size=p.size,
+            depth=s.loop_blocks if looped else p.depth, loops=p.depth if looped else None, width=s.width,
+            seed=p.seed, params=params, params_nonembed=nonembed,
+            flops_per_token=6.0 * nonembed + 6.0 * p.depth * 256 * s.width,
+        )
+        return PointRow(cell, p.lr, state, attempt=1, tune_trial_id=hashlib.sha256(p.point_id.encode()).hexdigest()[:8],
+                        init_loss=math.log(s.vocab), corpus="synthetic-corpus", **extra)
 
     def advance_to(self, t: float) -> int:
         """Write every event up to simulated time `t`; returns how many point events were written."""
         s = self.spec
         prev, self.now = self.now, t
-        point_rows: list[dict[str, Any]] = []
+        point_rows: list[PointRow] = []
         curve_rows: list[dict[str, Any]] = []
         for p in self.points:
             if prev < T0 <= t:
-                point_rows.append(self._row(p, "queued"))
+                point_rows.append(self._row(p, PointState.QUEUED))
             if p.start > t or p.end <= prev:
                 continue
             if prev < p.start <= t:
-                point_rows.append(self._row(p, "running", started_at=p.start, steps=0, tokens=0))
+                point_rows.append(self._row(p, PointState.RUNNING, started_at=p.start, steps=0, tokens=0))
             steps, losses = p.curve
+            running = self._row(p, PointState.RUNNING)
             times = p.start + (p.end - p.start) * steps / max(p.stop_step, 1)
             new = (times > prev) & (times <= t)
             for step, loss, when in zip(steps[new], losses[new], times[new]):
                 step = int(step)
                 evaluated = step % s.eval_every == 0 or step == p.stop_step
-                curve_rows.append({
-                    "point_id": p.point_id, "cell_id": p.cell_id, "method": p.method, "size": p.size,
-                    "seed": p.seed, "lr": p.lr, "attempt": 1, "step": step, "tokens": step * s.tokens_per_step,
-                    "train_loss": float(loss), "eval_loss": float(loss) + 0.01 if evaluated and math.isfinite(loss) else None,
-                    "time": float(when),
-                })  # fmt: skip
+                curve_rows.append(CurvePoint(
+                    running, step, step * s.tokens_per_step, train_loss=float(loss),
+                    eval_loss=float(loss) + 0.01 if evaluated and math.isfinite(loss) else None, time=float(when),
+                ).columns())  # fmt: skip
             if prev < p.end <= t:
                 common = {
                     "started_at": p.start, "finished_at": p.end, "steps": p.stop_step,
                     "tokens": p.stop_step * s.tokens_per_step, "train_seconds": p.end - p.start,
                 }  # fmt: skip
                 if p.outcome == "ok":
-                    row = self._row(p, "ok", objective=p.final_loss, loss=p.final_loss, **common)
+                    row = self._row(p, PointState.OK, objective=p.final_loss, loss=p.final_loss, **common)
                 else:
-                    row = self._row(p, p.outcome, diverged_step=p.diverged_step, reason=p.reason, **common)
+                    row = self._row(p, PointState(p.outcome), diverged_step=p.diverged_step, reason=p.reason, **common)
                 point_rows.append(row)
             elif p.start <= t < p.end and curve_rows and curve_rows[-1]["point_id"] == p.point_id:
                 last = curve_rows[-1]
                 point_rows.append(
-                    self._row(p, "running", started_at=p.start, steps=last["step"], tokens=last["tokens"])
+                    self._row(p, PointState.RUNNING, started_at=p.start, steps=last["step"], tokens=last["tokens"])
                 )
-        point_rows.sort(key=lambda r: (r.get("finished_at") or r.get("started_at") or 0.0, r["point_id"]))
+        point_rows.sort(key=lambda r: (r.finished_at or r.started_at or 0.0, r.point_id))
         curve_rows.sort(key=lambda r: (r["time"], r["point_id"]))
         if curve_rows:
             self.writer.append_curves(curve_rows)
         if point_rows:
             self.writer.append_points(point_rows)
             for row in point_rows:
-                self._state[row["point_id"]] = row
+                self._state[row.point_id] = row
             self.writer.write_cells(self._cells(t))
         return len(point_rows)
 
@@ -268,16 +274,15 @@ class SyntheticSweep:
     def finish(self) -> int:
         return self.advance_to(self.t_end + 1.0)
 
-    def _cells(self, t: float) -> list[dict[str, Any]]:
-        s = self.spec
+    def _cells(self, t: float) -> list[CellRow]:
         by_cell: dict[str, list[_Point]] = {}
         for p in self.points:
             by_cell.setdefault(p.cell_id, []).append(p)
         rows = []
         for cell_id, pts in sorted(by_cell.items()):
             pts = sorted(pts, key=lambda p: p.lr)
-            states = [self._state.get(p.point_id, {}).get("state", "queued") for p in pts]
-            finished = [st in ("ok", "diverged", "failed") for st in states]
+            states = [self._state[p.point_id].state if p.point_id in self._state else PointState.QUEUED for p in pts]
+            finished = [st.is_finished for st in states]
             ok = [i for i, st in enumerate(states) if st == "ok"]
             n_div = sum(st == "diverged" for st in states)
             best_i = min(ok, key=lambda i: pts[i].final_loss) if ok else None
@@ -299,15 +304,13 @@ class SyntheticSweep:
                 if a > 0:
                     interp_lr, interp_obj = float(math.exp(-b / (2 * a))), float(c - b * b / (4 * a))
             p0 = pts[0]
-            params, _ = _params(p0.depth, s.width, s.vocab)
-            rows.append({
-                "cell_id": cell_id, "method": p0.method, "family": "llama", "size": p0.size, "depth": p0.depth,
-                "width": s.width, "seed": p0.seed, "params": params, "status": status,
-                "n_points": sum(finished), "n_running": sum(st == "running" for st in states), "n_diverged": n_div,
-                "best_lr": pts[best_i].lr if best_i is not None else None,
-                "best_objective": pts[best_i].final_loss if best_i is not None else None,
-                "interp_lr": interp_lr, "interp_objective": interp_obj, "updated_at": t,
-            })  # fmt: skip
+            rows.append(CellRow(
+                cell=self._row(p0, PointState.QUEUED).cell, status=CellStatus(status), n_points=sum(finished),
+                n_running=sum(st == "running" for st in states), n_diverged=n_div,
+                best_lr=pts[best_i].lr if best_i is not None else None,
+                best_objective=pts[best_i].final_loss if best_i is not None else None,
+                interp_lr=interp_lr, interp_objective=interp_obj, updated_at=t,
+            ))
         return rows
 
     # Fits ----------------------------------------------------------------------------------

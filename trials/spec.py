@@ -3,8 +3,9 @@
 - `TrialSpec`: one sweep cell (model, recipe, data, divergence rules, seed) and the K learning
   rates to train side by side, with the caller's opaque `point_ids`.
 - `StepReport`: progress every `train.report_every` steps, at every evaluation, at every
-  checkpoint and at the end; `members` holds one dict per learning rate; the last report of a
-  run also carries every member's `PointResult` (as dicts) in `results`.
+  checkpoint and at the end; `members` holds one `MemberReport` per learning rate; the last
+  report of a run also carries every member's `PointResult` in `results`. `metrics()` is the
+  plain dict Ray Tune carries, `from_metrics` reads it back.
 - `PointResult`: the outcome of one learning rate when the trial ends.
 """
 
@@ -88,23 +89,57 @@ class TrialSpec:
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:20]
 
 
+@dataclass(frozen=True)
+class MemberReport:
+    """One learning rate of a step report."""
+
+    lr: float
+    point_id: str
+    train_loss: float | None  # mean training loss since the last report; None if not finite
+    eval_loss: float | None  # the evaluation loss, on a report at an evaluation step only
+    state: MemberState
+    diverged_step: int | None = None
+    reason: str | None = None  # why it diverged
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "MemberReport":
+        return cls(lr=float(d["lr"]), point_id=str(d["point_id"]), train_loss=d.get("train_loss"),
+                   eval_loss=d.get("eval_loss"), state=d.get("state", "running"),
+                   diverged_step=d.get("diverged_step"), reason=d.get("reason"))
+
+
 @dataclass
 class StepReport:
     step: int  # optimizer steps done
     tokens: int  # training tokens seen by each member so far
     train_seconds: float
-    members: list[dict[str, Any]]  # {lr, point_id, train_loss, eval_loss, state, diverged_step, reason}
+    members: list[MemberReport]
     done: bool
     checkpoint: str | None = None  # the checkpoint folder written at this step, if any (not a metric)
-    results: list[dict[str, Any]] | None = None  # the last report only: PointResult.to_dict() per member
+    results: list[PointResult] | None = None  # the last report only: one per member
 
     def metrics(self) -> dict[str, Any]:
         """The flat dict reported to Ray Tune (with `results` on the last report of a trial)."""
         out = {"step": self.step, "tokens": self.tokens, "train_seconds": self.train_seconds,
-               "done": self.done, "members": self.members}
+               "done": self.done, "members": [m.to_dict() for m in self.members]}
         if self.results is not None:
-            out["results"] = self.results
+            out["results"] = [r.to_dict() for r in self.results]
         return out
+
+    @classmethod
+    def from_metrics(cls, d: dict[str, Any]) -> "StepReport":
+        """A report read back from the dict Ray Tune carried (`metrics()`)."""
+        results = d.get("results")
+        return cls(
+            step=int(d.get("step") or 0), tokens=int(d.get("tokens") or 0),
+            train_seconds=float(d.get("train_seconds") or 0.0),
+            members=[MemberReport.from_dict(m) for m in d.get("members") or [] if isinstance(m, dict)],
+            done=bool(d.get("done")),
+            results=[PointResult.from_dict(r) for r in results if isinstance(r, dict)] if results is not None else None,
+        )
 
 
 @dataclass

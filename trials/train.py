@@ -51,9 +51,9 @@ from trials.errors import TrialInputError
 from trials.fused_loss import eval_sums
 from trials.fused_loss import member_losses as fused_member_losses
 from trials.schedule import LRSchedule, total_steps
-from trials.spec import PointResult, StepReport, TrialSpec
 from trials.config import DEIT_DROP_PATH, TrainConfig, VisionConfig
 from trials.deit import AugmentedStream, ImageAugmenter
+from trials.spec import MemberReport, PointResult, StepReport, TrialSpec
 from trials.vision import ClassificationBatches, top1_correct
 
 Report = Callable[[StepReport], None]
@@ -245,7 +245,7 @@ class Trial:
         results = self.results()
         if report is not None:  # last: under Ray Tune the trial may end inside this call
             last = self.step_report(done=self.finished, checkpoint=written)
-            last.results = [r.to_dict() for r in results]
+            last.results = results
             report(last)
         return results
 
@@ -435,15 +435,15 @@ class Trial:
         for m, (lr, pid) in enumerate(zip(self.spec.lrs, self.spec.point_ids)):
             watch = self.monitor.members[m]
             train_loss = self._interval_sum[m] / self._interval_n[m] if self._interval_n[m] else self.last_loss[m]
-            members.append({
-                "lr": lr,
-                "point_id": pid,
-                "train_loss": _finite_or_none(train_loss),
-                "eval_loss": _finite_or_none(self.eval_loss[m]) if self.eval_step[m] == self.step else None,
-                "state": self.member_state(m),
-                "diverged_step": watch.diverged_step,
-                "reason": watch.reason,
-            })
+            members.append(MemberReport(
+                lr=lr,
+                point_id=pid,
+                train_loss=_finite_or_none(train_loss),
+                eval_loss=_finite_or_none(self.eval_loss[m]) if self.eval_step[m] == self.step else None,
+                state=self.member_state(m),  # type: ignore[arg-type]
+                diverged_step=watch.diverged_step,
+                reason=watch.reason,
+            ))
             self._interval_sum[m], self._interval_n[m] = 0.0, 0
         return StepReport(
             step=self.step,

@@ -30,6 +30,7 @@ from dashboards.figures.common import (
     size_legend,
     uid,
 )
+from sweeper.records.ids import point_id
 
 CURVE_VERTEX_BUDGET = 60_000  # vertices per figure: a browser draws this in a few hundred ms
 MAX_CURVES = 1_500  # beyond this, show running points and each cell's best point
@@ -55,9 +56,9 @@ def prepare_curves(curves: pl.DataFrame, max_vertices: int) -> pl.DataFrame:
 
 
 def best_point_ids(cells: pl.DataFrame) -> set[str]:
-    """The point id of every cell's best grid point (`f"{cell_id}/lr={lr:.6g}"`, as stored)."""
+    """The point id of every cell's best grid point."""
     rows = cells.filter(pl.col("best_lr").is_not_null()).select("cell_id", "best_lr").iter_rows()
-    return {f"{cell}/lr={lr:.6g}" for cell, lr in rows}
+    return {point_id(cell, lr) for cell, lr in rows}
 
 
 def shown_points(n_curves: int, points: pl.DataFrame, cells: pl.DataFrame) -> set[str] | None:

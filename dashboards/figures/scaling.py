@@ -38,6 +38,8 @@ def _scaling_kind(data: SweepData) -> tuple[str, str]:
     fits = data.fits
     if fits and isinstance(fits.get("methods"), dict) and fits["methods"]:
         kind = str(fits.get("x") or "depth")
+        if kind == "depth" and data.x_kind == "loops":  # the fits' depth-like axis of a loop-count sweep
+            kind = "loops"
         label = fits.get("x_label")
         default = style.size_label_unit(kind)[0]
         return kind, style.text(label[0].upper() + label[1:]) if isinstance(label, str) and label else default

@@ -75,7 +75,8 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from sweeper.analysis.fits.collect import collect
     from sweeper.analysis.fits.report import FitOptions, build_report, to_jsonable
-    from sweeper.records.store import FITS, write_json_atomic
+    from sweeper.records.durable import write_json_atomic
+    from sweeper.records.store import FITS
 
     started = time.perf_counter()
     root = Path(args.dir)

@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     if args.throughput is not None and not args.throughput > 0:
         raise UserError(f"--throughput: must be > 0 FLOP/s (got {args.throughput})")
     validated = load_sweep(args.file)
-    from sweeper.run.display import make_console
+    from sweeper.records.table import make_console
 
     console = make_console(stderr=args.json)
     for warning in validated.warnings:

@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from rich.table import Table
 
-    from sweeper.run.display import make_console
+    from sweeper.records.table import make_console
     from sweeper.records.table import STATUS_STYLE, fmt
 
     table = Table(header_style="bold", title=f"optima of {args.dir}", title_justify="left")

@@ -25,14 +25,14 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from sweeper.run.display import make_console
+    from sweeper.records.table import make_console
     from sweeper.errors import UserError
     from sweeper.records.store import read_manifest
 
     manifest = read_manifest(args.dir)
     console = make_console()
     if args.repair:
-        from sweeper.records.ledger import Ledger
+        from sweeper.records.ledger import OptunaLedger, storage_url  # Optuna: only for a repair
         from sweeper.records.repair import rebuild_store
 
         url = manifest.get("ledger")
@@ -42,10 +42,8 @@ def run(args: argparse.Namespace) -> int:
         if url.startswith("sqlite:") and url.endswith("/ledger.db") and local.is_file():
             # The default ledger lives in the sweep directory; the manifest holds its absolute path at
             # launch time, which is another sweep's ledger after the directory was moved or copied.
-            from sweeper.records.ledger import storage_url
-
             url = storage_url("sqlite", Path(args.dir))
-        moved = rebuild_store(Path(args.dir), Ledger(url))
+        moved = rebuild_store(Path(args.dir), OptunaLedger(url), loop_axis=manifest.get("x") == "loops")
         console.print(f"rebuilt {args.dir}/store from the ledger ({url}); the old store is in {moved}",
                       highlight=False)
     if args.watch is not None:

@@ -20,6 +20,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from sweeper.records.ids import size_labels
     from sweeper.search.bracketing import initial_grid
     from sweeper.spec.schema import load_sweep
 
@@ -27,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = validated.config
     for warning in validated.warnings:
         sys.stderr.write(f"warning: {warning}\n")
-    sizes = [f"L{d}" for d in cfg.model.depths] if cfg.model.depths else [s.name for s in cfg.model.sizes or []]
+    sizes = size_labels(depths=cfg.model.depths, loops=cfg.model.loops, sizes=[s.name for s in cfg.model.sizes or []])
     cells = len(cfg.methods) * len(sizes) * len(cfg.seeds)
     if args.json:
         doc: dict[str, Any] = {"ok": True, "cells": cells, "sizes": sizes, "config": cfg.model_dump(mode="json")}

@@ -1,4 +1,5 @@
-"""The ledger of record: an Optuna storage with one study per cell and one trial per LR point.
+"""The ledger of record: an Optuna storage with one study per cell and one ledger entry (an
+Optuna trial) per point.
 
 Optuna gives a durable, concurrent-reader store with a UI (`optuna-dashboard
 sqlite:///DIR/ledger.db`) and any backend a cluster offers (SQLite by default, PostgreSQL
@@ -7,23 +8,40 @@ directly (no sampler: the bracketing policy picks the learning rates).
 
 Mapping
 - study `cell_id` (e.g. `layerrope/L48/s0`), direction minimize, user attrs describing the cell;
-- trial per point: param `lr` (log-float), user attrs `point_id`, `state`, `attempt`,
-  `tune_trial_id`, `started_at` (once it runs) and `metrics` (every final number);
+- a ledger entry per point (an Optuna trial; not to be confused with the Ray Tune trial that
+  trains it): param `lr` (log-float), user attrs `point_id`, `state`, `attempt`, `tune_trial_id`,
+  `started_at` (once it runs) and `metrics` (every final number: `PointRow.metrics()`);
   intermediate values = eval losses;
 - states: RUNNING = queued or running (see the `state` attr), COMPLETE = ok (value = the
   objective), PRUNED = diverged, FAIL = failed (attr `reason`). A point retried after a
-  failure gets a new trial; the newest trial of a point_id is the point.
+  failure gets a new entry; the newest entry of a point_id is the point.
+
+`Ledger` is the contract the driver writes through (one commit per call); `OptunaLedger`
+implements it over any Optuna storage.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+import optuna
+from optuna.distributions import FloatDistribution
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState, create_trial
+
+from sweeper.records.rows import CellFacts, PointRow
+from sweeper.records.states import PointState
 
 LEDGER_FILE = "ledger.db"
+
+_STATE_OF: dict[TrialState, PointState] = {TrialState.COMPLETE: PointState.OK, TrialState.PRUNED: PointState.DIVERGED,
+                                           TrialState.FAIL: PointState.FAILED}
 
 
 def storage_url(setting: str, sweep_dir: Path) -> str:
@@ -33,18 +51,19 @@ def storage_url(setting: str, sweep_dir: Path) -> str:
     return setting
 
 
-@dataclass
-class LedgerPoint:
-    point_id: str
-    cell_id: str
-    lr: float
-    state: str  # queued | running | ok | diverged | failed
-    trial_id: int  # the Optuna storage's trial id (-1 for finished points: they are never written again)
-    number: int
-    attempt: int = 0
-    tune_trial_id: str | None = None
-    objective: float | None = None
-    metrics: dict[str, Any] = field(default_factory=dict)
+@dataclass(frozen=True)
+class LedgerEntry:
+    """A point as the ledger records it: its current row, and its open entry id while it is
+    active (finished entries are never written again: None)."""
+
+    row: PointRow
+    entry: int | None
+    number: int  # the entry's order within its cell (the newest entry of a point is the point)
+
+    def with_facts(self, facts: CellFacts) -> LedgerEntry:
+        """The same entry with the planner's facts about its cell (they name the blocks and the loop
+        count exactly; a ledger written before store version 2 did not)."""
+        return replace(self, row=replace(self.row, cell=facts))
 
 
 def _clean(value: Any) -> Any:
@@ -58,8 +77,45 @@ def _clean(value: Any) -> Any:
     return value
 
 
-class Ledger:
-    """Opens its storage lazily (Ray Tune pickles objects that reach its callbacks)."""
+class Ledger(Protocol):
+    """The record of a sweep: every point and its final numbers, written before the store.
+
+    Each call is one durable commit; readers see a point's entry as the last call left it."""
+
+    url: str
+
+    def open(self, row: PointRow, bounds: tuple[float, float], cell_attrs: Mapping[str, Any]) -> int:
+        """A new entry for a point just assigned (its cell's entry, with `cell_attrs`, on first use)."""
+        ...
+
+    def reassign(self, entry: int, row: PointRow) -> None:
+        """An open entry's point is assigned again (state queued, attempt, Tune trial)."""
+        ...
+
+    def start(self, entry: int, row: PointRow) -> None:
+        """Its point runs (state running, started_at)."""
+        ...
+
+    def report(self, entry: int, step: int, value: float) -> None:
+        """An evaluation loss at `step`."""
+        ...
+
+    def finish(self, entry: int, row: PointRow) -> None:
+        """Its point finished: state, objective, metrics (never written again)."""
+        ...
+
+    def cells(self) -> dict[str, dict[str, Any]]:
+        """Every cell with its attributes."""
+        ...
+
+    def load(self, *, loop_axis: bool = False) -> list[LedgerEntry]:
+        """The current entry of every point (`loop_axis`: see `CellFacts.from_attrs`)."""
+        ...
+
+
+class OptunaLedger:
+    """A `Ledger` over an Optuna storage. Opens its storage lazily (Ray Tune pickles objects that
+    reach its callbacks)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -76,9 +132,7 @@ class Ledger:
         return self._storage
 
     # -- writing ------------------------------------------------------------------------------
-    def study_id(self, cell_id: str, attrs: dict[str, Any] | None = None) -> int:
-        import optuna
-
+    def study_id(self, cell_id: str, attrs: Mapping[str, Any] | None = None) -> int:
         if cell_id in self._study_ids:
             return self._study_ids[cell_id]
         try:
@@ -93,99 +147,88 @@ class Ledger:
         self._study_ids[cell_id] = sid
         return sid
 
-    def open_point(self, cell_id: str, point_id: str, lr: float, bounds: tuple[float, float], *,
-                   attempt: int, tune_trial_id: str, cell_attrs: dict[str, Any] | None = None) -> int:
-        """A new RUNNING trial for a point; returns its storage trial id."""
-        from optuna.distributions import FloatDistribution
-        from optuna.trial import TrialState, create_trial
-
-        sid = self.study_id(cell_id, cell_attrs)
-        lo, hi = min(bounds[0], lr), max(bounds[1], lr)
+    def open(self, row: PointRow, bounds: tuple[float, float], cell_attrs: Mapping[str, Any]) -> int:
+        sid = self.study_id(row.cell.cell_id, cell_attrs)
+        lo, hi = min(bounds[0], row.lr), max(bounds[1], row.lr)
         template = create_trial(
             state=TrialState.RUNNING,
-            params={"lr": lr},
+            params={"lr": row.lr},
             distributions={"lr": FloatDistribution(lo, hi, log=True)},
-            user_attrs={"point_id": point_id, "state": "queued", "attempt": attempt, "tune_trial_id": tune_trial_id},
+            user_attrs={"point_id": row.point_id, "state": "queued", "attempt": row.attempt,
+                        "tune_trial_id": row.tune_trial_id},
         )
         return int(self.storage.create_new_trial(sid, template_trial=template))
 
-    def update(self, trial_id: int, **attrs: Any) -> None:
+    def _update(self, entry: int, **attrs: Any) -> None:
         for key, value in attrs.items():
-            self.storage.set_trial_user_attr(trial_id, key, _clean(value))
+            self.storage.set_trial_user_attr(entry, key, _clean(value))
 
-    def report(self, trial_id: int, step: int, value: float) -> None:
+    def reassign(self, entry: int, row: PointRow) -> None:
+        self._update(entry, state="queued", attempt=row.attempt, tune_trial_id=row.tune_trial_id)
+
+    def start(self, entry: int, row: PointRow) -> None:
+        self._update(entry, state="running", started_at=row.started_at)
+
+    def report(self, entry: int, step: int, value: float) -> None:
         if math.isfinite(value):
-            self.storage.set_trial_intermediate_value(trial_id, step, value)
+            self.storage.set_trial_intermediate_value(entry, step, value)
 
-    def finish(self, trial_id: int, state: str, objective: float | None, metrics: dict[str, Any]) -> None:
+    def finish(self, entry: int, row: PointRow) -> None:
         """Record a finished point: ok → COMPLETE(objective), diverged → PRUNED, failed → FAIL."""
-        from optuna.trial import TrialState
-
+        metrics = row.metrics()
         extra = {"reason": metrics["reason"]} if metrics.get("reason") else {}
-        self.update(trial_id, state=state, metrics=metrics, **extra)
-        if state == "ok" and objective is not None and math.isfinite(objective):
-            self.storage.set_trial_state_values(trial_id, TrialState.COMPLETE, [float(objective)])
-        elif state == "diverged":
-            self.storage.set_trial_state_values(trial_id, TrialState.PRUNED)
+        self._update(entry, state=row.state.value, metrics=metrics, **extra)
+        if row.state is PointState.OK and row.objective is not None:
+            self.storage.set_trial_state_values(entry, TrialState.COMPLETE, [float(row.objective)])
+        elif row.state is PointState.DIVERGED:
+            self.storage.set_trial_state_values(entry, TrialState.PRUNED)
         else:
-            self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
+            self.storage.set_trial_state_values(entry, TrialState.FAIL)
 
     # -- reading ------------------------------------------------------------------------------
     def cells(self) -> dict[str, dict[str, Any]]:
-        """Every cell in the ledger with its study user attrs."""
         return {s.study_name: dict(s.user_attrs) for s in self.storage.get_all_studies()}
 
-    def load(self) -> dict[str, list[LedgerPoint]]:
-        """The current trial of every point, by cell."""
-        from optuna.trial import TrialState
-
-        out: dict[str, list[LedgerPoint]] = {}
+    def load(self, *, loop_axis: bool = False) -> list[LedgerEntry]:
+        out: list[LedgerEntry] = []
         for study in self.storage.get_all_studies():
             sid = self.storage.get_study_id_from_name(study.study_name)
             self._study_ids[study.study_name] = sid
-            latest: dict[str, LedgerPoint] = {}
+            facts = CellFacts.from_attrs(study.study_name, study.user_attrs, loop_axis=loop_axis)
+            latest: dict[str, tuple[int, PointRow]] = {}
             for t in self.storage.get_all_trials(sid, deepcopy=False):
                 pid = t.user_attrs.get("point_id")
                 if pid is None or "lr" not in t.params:
                     continue
-                if t.state == TrialState.COMPLETE:
-                    state = "ok"
-                elif t.state == TrialState.PRUNED:
-                    state = "diverged"
-                elif t.state == TrialState.FAIL:
-                    state = "failed"
-                elif t.state == TrialState.RUNNING:
+                if t.state == TrialState.RUNNING:
                     state = t.user_attrs.get("state", "running")
-                    state = state if state in ("queued", "running") else "running"
+                    state = PointState(state) if state in ("queued", "running") else PointState.RUNNING
+                elif t.state in _STATE_OF:
+                    state = _STATE_OF[t.state]
                 else:
                     continue
-                point = LedgerPoint(
-                    point_id=pid, cell_id=study.study_name, lr=float(t.params["lr"]), state=state,
-                    trial_id=-1, number=t.number, attempt=int(t.user_attrs.get("attempt", 0)),
+                row = PointRow.from_ledger(
+                    facts, float(t.params["lr"]), state, attempt=int(t.user_attrs.get("attempt", 0)),
                     tune_trial_id=t.user_attrs.get("tune_trial_id"),
                     objective=t.value if t.state == TrialState.COMPLETE else None,
                     # A point still running has no metrics yet; its start time resumes with it.
                     metrics=dict(t.user_attrs.get("metrics") or {"started_at": t.user_attrs.get("started_at")}),
                 )
                 previous = latest.get(pid)
-                if previous is None or point.number > previous.number:
-                    latest[pid] = point
-            for point in latest.values():
-                if point.state in ("queued", "running"):  # the driver updates only these
-                    point.trial_id = self.storage.get_trial_id_from_study_id_trial_number(sid, point.number)
-            out[study.study_name] = sorted(latest.values(), key=lambda p: p.lr)
+                if previous is None or t.number > previous[0]:
+                    latest[pid] = (t.number, row)
+            for number, row in sorted(latest.values(), key=lambda item: item[1].lr):
+                entry = None
+                if row.state.is_active:  # the driver writes only these again
+                    entry = self.storage.get_trial_id_from_study_id_trial_number(sid, number)
+                out.append(LedgerEntry(row, entry, number))
         return out
 
 
 def open_storage(url: str) -> Any:
     """An Optuna storage for a URL: RDB (sqlite/postgresql/mysql) or `journal:PATH`."""
-    import optuna
-
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if url.startswith("journal:"):
-        from optuna.storages import JournalStorage
-        from optuna.storages.journal import JournalFileBackend
-
         return JournalStorage(JournalFileBackend(os.path.expanduser(url[len("journal:"):])))
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite:"):

@@ -1,67 +1,64 @@
 """Read-side views of a sweep directory: the optimum of every cell and run progress.
 
 Used by `sweeper status`, `sweeper optima` (and anything else that wants per-cell
-optima): grid best and interpolated optimum always come from `sweeper.search.bracketing`, from
-the points as stored, so every reader agrees with the driver.
+optima): the stored rows go through the fold every reader shares (`sweeper.records.fold`),
+and the grid best and interpolated optimum come from `sweeper.search.bracketing`, from the
+points as stored, so every reader agrees with the driver.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from sweeper.search.bracketing import GridPoint, interpolate_optimum
+from sweeper.records.fold import current_points
+from sweeper.records.ids import CellId
+from sweeper.records.rows import PointRow, cell_order
+from sweeper.records.states import PointState
 from sweeper.records.store import load_cells, load_points, read_manifest
-
-
-def _finite(x: Any) -> float | None:
-    return float(x) if x is not None and isinstance(x, (int, float)) and math.isfinite(x) else None
+from sweeper.search.bracketing import interpolate_optimum
 
 
 def optima(sweep_dir: str | Path) -> list[dict[str, Any]]:
     """One row per (method, size, seed) cell: status, grid best, interpolated optimum, counts."""
     sweep_dir = Path(sweep_dir)
     manifest = read_manifest(sweep_dir)
-    points = load_points(sweep_dir)
+    points = current_points(PointRow.from_columns(row) for row in load_points(sweep_dir).iter_rows(named=True))
     cells = {row["cell_id"]: row for row in load_cells(sweep_dir).to_dicts()}
     meta = manifest.get("cells") or {}
-    by_cell: dict[str, list[dict[str, Any]]] = {}
-    for row in points.to_dicts():
-        by_cell.setdefault(row["cell_id"], []).append(row)
     rows = []
-    for cid in sorted(set(by_cell) | set(cells)):
-        pts = by_cell.get(cid, [])
+    for cid in sorted(set(points) | set(cells)):
+        pts = list(points.get(cid, {}).values())
         info = {**meta.get(cid, {}), **cells.get(cid, {})}
-        grid = [GridPoint(p["lr"], p["state"], _finite(p["objective"])) for p in pts]
+        grid = [p.grid_point() for p in pts]
         ok = [g for g in grid if g.is_ok]
         best = min(ok, key=lambda g: (g.objective, g.lr)) if ok else None
-        best_row = next((p for p in pts if best is not None and p["lr"] == best.lr), None)
+        best_row = next((p for p in pts if best is not None and p.lr == best.lr), None)
         interp = interpolate_optimum(grid)
-        method, size, seed = cid.rsplit("/", 2)
-        rows.append({
+        parsed = CellId.parse(cid)
+        row = {
             "cell_id": cid,
-            "method": info.get("method") or method,
-            "size": info.get("size") or size,
-            "seed": info.get("seed") if info.get("seed") is not None else int(seed.lstrip("s")),
+            "method": info.get("method") or parsed.method,
+            "size": info.get("size") or parsed.size,
+            "seed": info.get("seed") if info.get("seed") is not None else parsed.seed,
             "depth": info.get("depth"),
             "params": info.get("params"),
             "status": info.get("status") or ("running" if pts else "pending"),
             "best_lr": best.lr if best else None,
-            "best_loss": best_row["loss"] if best_row else None,
+            "best_loss": best_row.loss if best_row else None,
             "best_objective": best.objective if best else None,
             "interp_lr": interp[0] if interp else None,
             "interp_objective": interp[1] if interp else None,
-            "n_points": sum(g.state in ("ok", "diverged", "failed") for g in grid),
-            "n_diverged": sum(g.state == "diverged" for g in grid),
-            "n_failed": sum(g.state == "failed" for g in grid),
-            "n_running": sum(g.state in ("queued", "running") for g in grid),
-        })
-    rows.sort(key=lambda r: (r["method"], r["depth"] or 0, r["params"] or 0, r["size"], r["seed"]))
-    return rows
+            "n_points": sum(p.state.is_finished for p in pts),
+            "n_diverged": sum(p.state is PointState.DIVERGED for p in pts),
+            "n_failed": sum(p.state is PointState.FAILED for p in pts),
+            "n_running": sum(p.state.is_active for p in pts),
+        }
+        rows.append((cell_order({**row, "loops": info.get("loops")}), row))
+    return [row for _, row in sorted(rows, key=lambda item: item[0])]
 
 
 def points_per_bracketed_cell(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -84,7 +81,7 @@ def progress(sweep_dir: str | Path) -> dict[str, str]:
     points = load_points(sweep_dir)
     if not points.height:
         return {}
-    running = points.filter(pl.col("state") == "running")
+    running = points.filter(pl.col("state") == PointState.RUNNING.value)
     out = {}
     for row in running.group_by("cell_id").agg(pl.col("steps").max(), pl.len().alias("n")).to_dicts():
         total = (meta.get(row["cell_id"]) or {}).get("steps")

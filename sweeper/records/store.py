@@ -24,6 +24,13 @@ that every reader removes (points by `seq`, curves by `(point_id, attempt, step)
 
 The ledger stays the record: the driver re-derives store rows from it on relaunch,
 so losing the store never loses a finished result.
+
+Versions. The manifest's `store_version` is the newest this reader understands
+(`STORE_VERSION`); a newer one is refused. A column added since a chunk was written reads as
+null. Version 2 added `loops` (the loop count of a loop-count sweep) and made `depth` always
+the number of blocks; version 1 stored a loop-count sweep's loop count in `depth`: such rows
+read as version 2 would write them, with the number of blocks unknown, and `sweeper launch`
+rebuilds such a store from the ledger before it appends to it.
 """
 
 from __future__ import annotations
@@ -31,89 +38,49 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from sweeper.errors import UserError
+from sweeper.records.durable import write_parquet_atomic
+from sweeper.records.rows import CELL_COLUMNS, CURVE_COLUMNS, POINT_COLUMNS, CellRow, Column, PointRow
 
-STORE_VERSION = 1
+STORE_VERSION = 2  # 2: point and cell rows carry `loops`, and `depth` is always the number of blocks
 MANIFEST = "manifest.json"
 LEDGER = "ledger.db"
 FITS = "fits.json"
 
-POINT_STATES = ("queued", "running", "ok", "diverged", "failed")
-FINISHED_STATES = ("ok", "diverged", "failed")
-CELL_STATUSES = ("pending", "running", "bracketed", "edge", "diverged", "failed")  # failed: every point crashed
+_DTYPES: dict[str, pl.DataType] = {"str": pl.Utf8, "int": pl.Int64, "float": pl.Float64}
 
-POINTS_SCHEMA: dict[str, pl.DataType] = {
-    "seq": pl.Int64,  # write order; the last row of a point_id is its current state
-    "point_id": pl.Utf8,  # f"{cell_id}/lr={lr:.6g}", e.g. "layerrope/L48/s0/lr=0.002"
-    "cell_id": pl.Utf8,  # f"{method}/{size}/s{seed}"
-    "method": pl.Utf8,
-    "family": pl.Utf8,  # llama | looped | vit
-    "size": pl.Utf8,  # the size label: "L48" for a depth, or a named size ("130M")
-    "depth": pl.Int64,  # blocks (loop count for the looped family's x axis: see `x_loops`)
-    "width": pl.Int64,
-    "seed": pl.Int64,
-    "params": pl.Int64,  # parameters of one member, embeddings included
-    "params_nonembed": pl.Int64,
-    "flops_per_token": pl.Float64,  # training FLOPs per token (6N + attention)
-    "lr": pl.Float64,
-    "state": pl.Utf8,  # POINT_STATES
-    "objective": pl.Float64,  # what bracketing minimises (final eval loss, or error rate); null unless ok
-    "loss": pl.Float64,  # final evaluation loss; null unless ok
-    "accuracy": pl.Float64,  # top-1 (ViT), else null
-    "init_loss": pl.Float64,  # loss at initialisation (for LR sensitivity)
-    "diverged_step": pl.Int64,
-    "reason": pl.Utf8,  # why it diverged or failed
-    "steps": pl.Int64,  # steps trained so far / in total
-    "tokens": pl.Int64,
-    "train_seconds": pl.Float64,
-    "trial_id": pl.Utf8,
-    "attempt": pl.Int64,
-    "started_at": pl.Float64,  # unix seconds
-    "finished_at": pl.Float64,
-    "corpus": pl.Utf8,  # data fingerprint
-}
 
-CURVES_SCHEMA: dict[str, pl.DataType] = {
-    "point_id": pl.Utf8,
-    "cell_id": pl.Utf8,
-    "method": pl.Utf8,
-    "size": pl.Utf8,
-    "seed": pl.Int64,
-    "lr": pl.Float64,
-    "attempt": pl.Int64,
-    "step": pl.Int64,
-    "tokens": pl.Int64,
-    "train_loss": pl.Float64,
-    "eval_loss": pl.Float64,  # null on steps without evaluation
-    "time": pl.Float64,  # unix seconds
-}
+def _schema(columns: tuple[Column, ...]) -> dict[str, pl.DataType]:
+    return {c.name: _DTYPES[c.type] for c in columns}
 
-CELLS_SCHEMA: dict[str, pl.DataType] = {
-    "cell_id": pl.Utf8,
-    "method": pl.Utf8,
-    "family": pl.Utf8,
-    "size": pl.Utf8,
-    "depth": pl.Int64,
-    "width": pl.Int64,
-    "seed": pl.Int64,
-    "params": pl.Int64,
-    "status": pl.Utf8,  # CELL_STATUSES
-    "n_points": pl.Int64,  # finished points
-    "n_running": pl.Int64,
-    "n_diverged": pl.Int64,
-    "best_lr": pl.Float64,  # grid best
-    "best_objective": pl.Float64,
-    "interp_lr": pl.Float64,  # parabola in log LR through the best point and its neighbours
-    "interp_objective": pl.Float64,
-    "updated_at": pl.Float64,
-}
+
+# The tables' columns are those of the records (`sweeper.records.rows`); points add `seq`, the
+# write order (the last row of a point_id is its current state).
+POINTS_SCHEMA: dict[str, pl.DataType] = {"seq": pl.Int64, **_schema(POINT_COLUMNS)}
+CURVES_SCHEMA: dict[str, pl.DataType] = _schema(CURVE_COLUMNS)
+CELLS_SCHEMA: dict[str, pl.DataType] = _schema(CELL_COLUMNS)
+
+
+class Store(Protocol):
+    """What the driver writes a sweep's results through (the recorder is its only caller).
+
+    Appends are atomic per call (a reader sees all of a call's rows or none) and ordered; a
+    failed call writes nothing and may be retried with the same rows."""
+
+    def append_points(self, rows: Sequence[PointRow]) -> None: ...
+
+    def append_curves(self, rows: Sequence[Mapping[str, Any]]) -> None: ...
+
+    def write_cells(self, rows: Sequence[CellRow]) -> None: ...
+
 
 _CHUNK = re.compile(r"^(\d{12})(?:-(\d{12}))?\.parquet$")
 
@@ -147,40 +114,6 @@ def read_manifest(sweep_dir: str | os.PathLike[str]) -> dict[str, Any]:
     return manifest
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON so that readers see either the old file or the whole new one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True, allow_nan=False, default=str)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # a full disk: the old file stays whole, no debris
-        raise
-
-
-def _write_parquet_atomic(frame: pl.DataFrame, path: Path) -> None:
-    """Write a chunk that readers can verify: every data page carries a CRC32 (checked on read),
-    no copy of the Arrow schema in the footer (a flipped bit there silently changed column types)."""
-    import pyarrow.parquet as pq
-
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        pq.write_table(frame.to_arrow(), tmp, compression="zstd", write_statistics=False,
-                       write_page_checksum=True, store_schema=False)
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # a failed write (a full disk) leaves no debris behind
-        raise
-
-
 def _read_parquet(fh: Any) -> pl.DataFrame:
     """One chunk, through pyarrow with page checksums verified. polars' own reader, given a damaged
     chunk, returned silently different values for about 1 in 20 single-bit flips and could abort
@@ -188,19 +121,27 @@ def _read_parquet(fh: Any) -> pl.DataFrame:
     The chunk is read into memory first and decoded without threads: pyarrow's I/O and CPU thread
     pools, once started, made short-lived readers abort at exit now and then ("terminate called
     without an active exception", 3 in 60 runs of `sweeper status`)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     table = pq.ParquetFile(pa.BufferReader(fh.read()), page_checksum_verification=True).read(use_threads=False)
     return pl.from_arrow(table)  # type: ignore[return-value]
 
 
-def _frame(rows: Iterable[dict[str, Any]], schema: dict[str, pl.DataType]) -> pl.DataFrame:
+def _frame(rows: Iterable[Mapping[str, Any]], schema: dict[str, pl.DataType]) -> pl.DataFrame:
     rows = list(rows)
     unknown = {k for row in rows for k in row} - set(schema)
     if unknown:
         raise ValueError(f"unknown store columns: {sorted(unknown)}")
     return pl.DataFrame([{k: row.get(k) for k in schema} for row in rows], schema=schema, orient="row")
+
+
+def _write_frame(frame: pl.DataFrame, path: Path) -> None:
+    write_parquet_atomic(frame.to_arrow(), path)
+
+
+def _columns(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """The frame in the schema's columns and types; a column added since the chunk was written
+    (e.g. `loops`, store version 2) reads as null."""
+    return frame.select([(pl.col(c) if c in frame.columns else pl.lit(None)).cast(t).alias(c)
+                         for c, t in schema.items()])
 
 
 def _chunks(folder: Path) -> list[tuple[int, int, Path]]:
@@ -227,7 +168,7 @@ def _read_chunks(paths: list[Path], schema: dict[str, pl.DataType], *, missing_o
             # One open: polars given a path may open it again for the data, and a file
             # replaced in between (cells.parquet) reads torn or panics.
             with open(path, "rb") as fh:
-                frames.append(_read_parquet(fh).select([pl.col(c).cast(t) for c, t in schema.items()]))
+                frames.append(_columns(_read_parquet(fh), schema))
         except FileNotFoundError:
             if not missing_ok:
                 raise
@@ -239,6 +180,11 @@ def _read_chunks(paths: list[Path], schema: dict[str, pl.DataType], *, missing_o
     if not frames:
         return pl.DataFrame(schema=schema)
     return pl.concat(frames, how="vertical")
+
+
+def read_curve_chunk(path: Path) -> pl.DataFrame:
+    """One curve chunk (UserError if it is damaged): what `repair` salvages of an old store."""
+    return _read_chunks([path], CURVES_SCHEMA)
 
 
 def _read_listed(folder: Path, schema: dict[str, pl.DataType], after_chunk: int = 0) -> pl.DataFrame:
@@ -274,7 +220,7 @@ class StoreWriter:
     def _append(self, folder: Path, frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> None:
         if frame.height == 0:
             return
-        _write_parquet_atomic(frame, folder / f"{self._next_chunk:012d}.parquet")
+        _write_frame(frame, folder / f"{self._next_chunk:012d}.parquet")
         self._next_chunk += 1
         chunks = _chunks(folder)
         if len(chunks) > self.COMPACT_AT:
@@ -283,22 +229,23 @@ class StoreWriter:
     def _compact(self, folder: Path, chunks: list[tuple[int, int, Path]], schema: dict[str, pl.DataType]) -> None:
         merged = _read_chunks([c[2] for c in chunks], schema)
         first, last = chunks[0][0], chunks[-1][1]
-        _write_parquet_atomic(merged, folder / f"{first:012d}-{last:012d}.parquet")
+        _write_frame(merged, folder / f"{first:012d}-{last:012d}.parquet")
         for _, _, path in chunks:
             path.unlink(missing_ok=True)
 
-    def append_points(self, rows: Iterable[dict[str, Any]]) -> None:
-        rows = list(rows)
+    def append_points(self, rows: Sequence[PointRow]) -> None:
+        columns = []
         for row in rows:
-            row["seq"] = self._next_seq
+            columns.append({"seq": self._next_seq, **row.columns()})
             self._next_seq += 1
-        self._append(self.points_dir, _frame(rows, POINTS_SCHEMA), POINTS_SCHEMA)
+        self._append(self.points_dir, _frame(columns, POINTS_SCHEMA), POINTS_SCHEMA)
 
-    def append_curves(self, rows: Iterable[dict[str, Any]]) -> None:
+    def append_curves(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Curve rows as column mappings (`CurvePoint.columns()`, or rows salvaged from a store)."""
         self._append(self.curves_dir, _frame(rows, CURVES_SCHEMA), CURVES_SCHEMA)
 
-    def write_cells(self, rows: Iterable[dict[str, Any]]) -> None:
-        _write_parquet_atomic(_frame(rows, CELLS_SCHEMA), self.root / "store" / "cells.parquet")
+    def write_cells(self, rows: Sequence[CellRow]) -> None:
+        _write_frame(_frame([row.columns() for row in rows], CELLS_SCHEMA), self.root / "store" / "cells.parquet")
 
 
 @dataclass(frozen=True)
@@ -316,7 +263,7 @@ def load_points(sweep_dir: str | os.PathLike[str], *, latest: bool = True, after
     frame = _read_listed(folder, POINTS_SCHEMA, after_chunk).unique(subset=["seq"], keep="last")
     if latest and frame.height:
         frame = frame.sort("seq").unique(subset=["point_id"], keep="last", maintain_order=True)
-    return frame.sort("seq")
+    return _from_version_1(frame.sort("seq"), sweep_dir)
 
 
 def load_curves(
@@ -342,7 +289,22 @@ def load_cells(sweep_dir: str | os.PathLike[str]) -> pl.DataFrame:
     path = Path(sweep_dir) / "store" / "cells.parquet"
     if not path.exists():
         return pl.DataFrame(schema=CELLS_SCHEMA)
-    return _read_chunks([path], CELLS_SCHEMA)
+    return _from_version_1(_read_chunks([path], CELLS_SCHEMA), sweep_dir)
+
+
+def _from_version_1(frame: pl.DataFrame, sweep_dir: str | os.PathLike[str]) -> pl.DataFrame:
+    """Rows of a loop-count sweep written by store version 1 held the loop count in `depth` (and
+    had no `loops`): read them as version 2 does, the loop count in `loops` and the number of
+    blocks unknown. (`sweeper launch` rebuilds such a store from the ledger.)"""
+    if not frame.height or frame["loops"].null_count() < frame.height:
+        return frame
+    try:
+        manifest = json.loads((Path(sweep_dir) / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return frame
+    if int(manifest.get("store_version") or STORE_VERSION) >= 2 or manifest.get("x") != "loops":
+        return frame
+    return frame.with_columns(pl.col("depth").alias("loops"), pl.lit(None, dtype=pl.Int64).alias("depth"))
 
 
 def load_fits(sweep_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
@@ -354,6 +316,3 @@ def load_fits(sweep_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     except ValueError as exc:
         raise UserError(f"{path}: unreadable fits ({exc}); rerun `sweeper fit {sweep_dir}`") from None
 
-
-def now() -> float:
-    return time.time()

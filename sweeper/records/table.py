@@ -1,4 +1,5 @@
-"""The per-cell table that `sweeper launch` shows live and `sweeper status` shows later."""
+"""The per-cell table that `sweeper launch` shows live and `sweeper status` shows later, and the
+console both print to."""
 
 from __future__ import annotations
 
@@ -6,8 +7,11 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+from sweeper.records.rows import cell_order
 
 STATUS_STYLE = {
     "pending": "dim",
@@ -25,10 +29,6 @@ def fmt(value: Any, spec: str = ".4g") -> str:
     return format(value, spec)
 
 
-def sort_key(row: dict[str, Any]) -> tuple:
-    return (str(row.get("method")), row.get("depth") or 0, row.get("params") or 0, str(row.get("size")), row.get("seed") or 0)
-
-
 def cells_table(rows: Iterable[dict[str, Any]], *, progress: dict[str, str] | None = None, title: str | None = None) -> Table:
     """One row per cell: status, points finished / running / diverged, grid best and interpolated optimum."""
     table = Table(title=title, title_justify="left", header_style="bold", pad_edge=False)
@@ -38,7 +38,7 @@ def cells_table(rows: Iterable[dict[str, Any]], *, progress: dict[str, str] | No
         table.add_column(name, justify=justify, no_wrap=True)
     if progress is not None:
         table.add_column("progress", justify="left", no_wrap=True)
-    for row in sorted(rows, key=sort_key):
+    for row in sorted(rows, key=cell_order):
         status = str(row.get("status") or "pending")
         cells = [
             str(row.get("method")), str(row.get("size")), str(row.get("seed")),
@@ -64,3 +64,9 @@ def counts_line(counts: dict[str, int]) -> str:
     order = ["bracketed", "running", "pending", "edge", "diverged", "failed"]
     parts = [f"{counts[s]} {s}" for s in order if counts.get(s)]
     return ", ".join(parts) if parts else "no cells"
+
+
+def make_console(*, stderr: bool = False) -> Console:
+    """A console that keeps tables readable when output goes to a file or a pipe."""
+    probe = Console(stderr=stderr)
+    return probe if probe.is_terminal else Console(stderr=stderr, width=160)

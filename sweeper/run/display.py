@@ -10,29 +10,32 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
+from sweeper.records.states import PointState
 from sweeper.records.table import cells_table, counts_line, status_counts
+from sweeper.run.sweep_run import SweepRun
 
 REFRESH_SECONDS = 0.5
 
 
-def cell_progress(state: Any) -> dict[str, str]:
+def cell_progress(sweep: SweepRun) -> dict[str, str]:
     """'step 120/300 ×5' for cells with running points."""
+    book = sweep.book
     out = {}
-    for cid, cell in state.cells.items():
-        running = [r for r in state.points[cid].values() if r.state == "running"]
+    for cid, cell in book.cells.items():
+        running = [r for r in book.points[cid].values() if r.state is PointState.RUNNING]
         if running:
             step = max(r.steps for r in running)
             out[cid] = f"step {step}/{cell.steps_per_point} ×{len(running)}"
-        elif state.queue.get(cid):
-            out[cid] = f"{len(state.queue[cid])} queued"
-        elif cid in state.waiting:
-            out[cid] = state.waiting[cid]
+        elif book.queue.get(cid):
+            out[cid] = f"{len(book.queue[cid])} queued"
+        elif cid in book.waiting:
+            out[cid] = book.waiting[cid]
     return out
 
 
 class LiveDisplay:
-    def __init__(self, state: Any, console: Console | None = None) -> None:
-        self.state = state
+    def __init__(self, sweep: SweepRun, console: Console | None = None) -> None:
+        self.sweep = sweep
         self.console = console or Console()
         self.tty = self.console.is_terminal
         self._live: Live | None = None
@@ -42,35 +45,35 @@ class LiveDisplay:
         self._started = time.time()
 
     def render(self) -> Group:
-        rows = [r for r in self.state.cell_rows() if r["cell_id"] in self.state.cells]
+        rows = [r.columns() for r in self.sweep.cell_rows() if r.cell.cell_id in self.sweep.cells]
         elapsed = time.time() - self._started
         header = Text(
-            f"{self.state.plan.config.name}: {counts_line(status_counts(rows))} · {elapsed:.0f} s · "
-            f"training {self.state.stats.train_seconds:.0f} s summed",
+            f"{self.sweep.plan.config.name}: {counts_line(status_counts(rows))} · {elapsed:.0f} s · "
+            f"training {self.sweep.stats.train_seconds:.0f} s summed",
             style="bold",
         )
-        return Group(header, cells_table(rows, progress=cell_progress(self.state)))
+        return Group(header, cells_table(rows, progress=cell_progress(self.sweep)))
 
     def __enter__(self) -> "LiveDisplay":
         if self.tty:
             self._live = Live(self.render(), console=self.console, auto_refresh=False, transient=False)
             self._live.start()
-        self._statuses = {cid: self.state.display_status(cid) for cid in self.state.cells}
+        self._statuses = {cid: self.sweep.status(cid) for cid in self.sweep.cells}
         return self
 
-    def update(self, state: Any = None, force: bool = False) -> None:
+    def update(self, sweep: Any = None, force: bool = False) -> None:
         now = time.time()
         if not force and now - self._last < REFRESH_SECONDS:
             return
         self._last = now
-        messages = self.state.messages[self._messages_seen:]
+        messages = self.sweep.messages[self._messages_seen:]
         self._messages_seen += len(messages)
         lines = [f"· {m}" for m in messages]
-        for cid in self.state.cells:
-            status = self.state.display_status(cid)
+        for cid in self.sweep.cells:
+            status = self.sweep.status(cid)
             if status != self._statuses.get(cid):
                 self._statuses[cid] = status
-                d = self.state.decisions.get(cid)
+                d = self.sweep.book.decisions.get(cid)
                 extra = ""
                 if d is not None and d.best is not None and d.done:
                     extra = f": best lr {d.best.lr:.3g} loss {d.best.objective:.4f}"
@@ -91,9 +94,3 @@ class LiveDisplay:
         self.update(force=True)
         if self._live is not None:
             self._live.stop()
-
-
-def make_console(*, stderr: bool = False) -> Console:
-    """A console that keeps tables readable when output goes to a file or a pipe."""
-    probe = Console(stderr=stderr)
-    return probe if probe.is_terminal else Console(stderr=stderr, width=160)

@@ -1,10 +1,11 @@
 """The bracketing policy of one cell: which learning rates to try next, and when to stop.
 
-Pure Python (no Ray, no torch): the driver, `sweeper optima` and the dashboards all call
+Pure Python (no Ray, no torch): the driver's cell book (`sweeper.run.book`), the store's
+repair and the read-side views (`sweeper.records.fold`, `sweeper.records.results`) call
 `decide` and `interpolate_optimum` from here; nothing else re-implements them.
 
 Terms. A cell's *points* are learning rates in one of the states `queued`, `running`
-(active) or `ok`, `diverged`, `failed` (finished). The optimum is *bracketed* when the
+(active) or `ok`, `diverged`, `failed` (finished; `sweeper.records.states.PointState`). The optimum is *bracketed* when the
 best `ok` point has a finished (`ok` or `diverged`) neighbour on each side in log LR:
 since it is the best, an `ok` neighbour is worse, and a diverged run counts as worse than
 any finite one. `failed` points (crashes) carry no information: they are skipped when
@@ -45,17 +46,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
-PointState = Literal["queued", "running", "ok", "diverged", "failed"]
-CellStatus = Literal["pending", "running", "bracketed", "edge", "diverged", "failed"]
-ACTIVE_STATES = ("queued", "running")
-FINISHED_STATES = ("ok", "diverged", "failed")
-
-
-def canonical(lr: float) -> float:
-    """A learning rate at the precision of point ids (`f"{lr:.6g}"`)."""
-    return float(f"{lr:.6g}")
+from sweeper.records.ids import canonical
+from sweeper.records.states import ACTIVE_STATES, CellStatus, PointState
 
 
 @dataclass(frozen=True)
@@ -70,8 +63,8 @@ class GridPoint:
 
     @property
     def is_finished_info(self) -> bool:
-        """Finished with information about the loss landscape (ok or diverged)."""
-        return self.state == "diverged" or self.is_ok
+        """Finished with information about the loss landscape (ok, or worse than any finite result)."""
+        return PointState(self.state).counts_as_diverged or self.is_ok
 
 
 @dataclass(frozen=True)
@@ -124,7 +117,7 @@ class CellDecision:
 
     @property
     def done(self) -> bool:
-        return self.status in ("bracketed", "edge", "diverged", "failed")
+        return CellStatus(self.status).is_done
 
 
 def _inside(lr: float, policy: LRPolicy) -> bool:

@@ -1,6 +1,6 @@
 """From a validated sweep file to the list of cells: one per (method, size, seed).
 
-A `Cell` carries everything one trial of it needs (model, training, data and divergence
+A `Cell` carries everything one Tune trial of it needs (model, training, data and divergence
 settings, its LR policy and Ray resources) plus what the reports need (parameter counts,
 FLOPs per token, the planned tokens per point) and its *compatibility fingerprint*: the
 settings that make two results comparable. A relaunch may add cells, but a cell whose
@@ -21,8 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from models.config import ModelConfig
-from sweeper.search.bracketing import LRPolicy
+from models.counting import count_params, flops_per_token
+from models.family_settings import looped_depth, vit_settings
 from sweeper.errors import UserError
+from sweeper.records.ids import cell_id, point_id, size_labels
+from sweeper.records.rows import CellFacts
+from sweeper.search.bracketing import LRPolicy
 from sweeper.spec.schema import BYTE_VOCAB, MethodSpec, SweepConfig, deep_merge, resolve_path
 from trials.config import DataConfig, DivergenceConfig, TrainConfig
 
@@ -33,12 +37,13 @@ NON_RESULT_TRAIN_KEYS = ("device", "compile", "threads", "report_every", "checkp
 
 @dataclass(frozen=True)
 class Cell:
-    cell_id: str  # f"{method}/{size}/s{seed}"
+    cell_id: str  # f"{method}/{size}/s{seed}" (sweeper.records.ids.CellId)
     method: str
     scheme: str
     family: str
-    size: str  # "L48" for a depth, "T8" for a loop count, or the named size
-    depth: int  # blocks; for a loop-count sweep (model.loops) the loop count, the sweep's x
+    size: str  # "L48" for a depth, "T8" for a loop count, or the named size (sweeper.records.ids.size_labels)
+    depth: int  # blocks of the network
+    loops: int | None  # a loop-count sweep (model.loops): the cell's mean training and evaluation loop count
     width: int
     seed: int
     size_rank: int  # 0 for the smallest size of the sweep
@@ -62,13 +67,19 @@ class Cell:
     def point_id(self, lr: float) -> str:
         return point_id(self.cell_id, lr)
 
+    @property
+    def facts(self) -> CellFacts:
+        """What the cell's point and cell rows repeat about it."""
+        return CellFacts(
+            cell_id=self.cell_id, method=self.method, family=self.family, size=self.size, depth=self.depth,
+            loops=self.loops, width=self.width, seed=self.seed, params=self.params,
+            params_nonembed=self.params_nonembed, flops_per_token=self.flops_per_token,
+        )
 
-def point_id(cell_id: str, lr: float) -> str:
-    return f"{cell_id}/lr={lr:.6g}"
-
-
-def cell_id(method: str, size: str, seed: int) -> str:
-    return f"{method}/{size}/s{seed}"
+    def ledger_attrs(self) -> dict[str, Any]:
+        """The cell's attributes in the ledger (readable in optuna-dashboard)."""
+        return {**self.facts.attrs(), "scheme": self.scheme, "tokens_per_point": self.tokens_per_point,
+                "fingerprint": self.fingerprint}
 
 
 @dataclass
@@ -81,6 +92,12 @@ class Plan:
 
     def by_id(self) -> dict[str, Cell]:
         return {c.cell_id: c for c in self.cells}
+
+    @property
+    def axis(self) -> str:
+        """What the sizes of the sweep vary: `depth`, `loops` (a loop-count sweep) or `params`."""
+        model = self.config.model
+        return "depth" if model.depths is not None else "loops" if model.loops is not None else "params"
 
 
 def sweep_dir_for(cfg: SweepConfig, output: str | None = None, base: Path | None = None) -> Path:
@@ -135,15 +152,14 @@ def _shapes(cfg: SweepConfig) -> list[tuple[str, int, int, int, int | None, dict
     loop counts of each cell."""
     m = cfg.model
     if m.depths is not None:
-        return [(f"L{d}", d, m.width, m.heads, m.mlp_hidden, dict(m.extra)) for d in m.depths]
+        return [(label, d, m.width, m.heads, m.mlp_hidden, dict(m.extra))
+                for label, d in zip(size_labels(depths=m.depths), m.depths)]
     if m.loops is not None:
-        from models.family_settings import looped_depth
-
         blocks = looped_depth(m.extra)
         return [
-            (f"T{n}", blocks, m.width, m.heads, m.mlp_hidden,
+            (label, blocks, m.width, m.heads, m.mlp_hidden,
              {"max_loops": max(32, n), **m.extra, "mean_loops": n, "eval_loops": n})
-            for n in m.loops
+            for label, n in zip(size_labels(loops=m.loops), m.loops)
         ]
     out = []
     for size in m.sizes or []:
@@ -209,8 +225,6 @@ def fingerprint_of(compat: dict[str, Any]) -> str:
 
 def build_plan(cfg: SweepConfig, *, output: str | None = None, base: Path | None = None,
                source: Path | None = None) -> Plan:
-    from models.counting import count_params, flops_per_token
-
     base = base or Path.cwd()
     data = resolved_data(cfg.data, base)
     vocab = resolve_vocab(cfg, data)
@@ -237,7 +251,7 @@ def build_plan(cfg: SweepConfig, *, output: str | None = None, base: Path | None
                 cells.append(
                     Cell(
                         cell_id=cell_id(method.name, size, seed), method=method.name, scheme=method.scheme_name,
-                        family=cfg.model.family, size=size, depth=depth if loops is None else loops, width=width,
+                        family=cfg.model.family, size=size, depth=depth, loops=loops, width=width,
                         seed=seed, size_rank=rank,
                         x=float(depth if cfg.model.depths is not None else loops if loops is not None else counts["total"]),
                         model=model, train=train, data=data, divergence=divergence, policy=policy,
@@ -260,8 +274,6 @@ def _model_config(cfg: SweepConfig, method: MethodSpec, *, depth: int, width: in
     extra = dict(m.extra) if extra is None else extra
     seq_len = m.seq_len
     if m.family == "vit":  # the ViT's tokens per sample: its patches and the class token
-        from models.family_settings import vit_settings
-
         seq_len = vit_settings(ModelConfig(family="vit", extra=extra)).tokens
     return ModelConfig(
         family=m.family, scheme=method.scheme_name, width=width, depth=depth, n_heads=heads, vocab=vocab,

@@ -1,26 +1,18 @@
-"""Names the sweep schema accepts, known without importing torch.
-
-`sweeper validate` must answer in well under a second, so it cannot import the scheme
-modules (which import torch). Scheme names are read from the source of
-`models/schemes/*.py` (each scheme file registers itself with `@register_scheme("name")`)
-and checked against the real registry by tests/sweeper/test_catalog.py, so they cannot
-drift. Named model sizes come from `models.named`, which imports no torch.
+"""Names the sweep schema accepts, known without importing torch (`sweeper validate` answers
+in well under a second): the normalization schemes of `models.registry` (its scheme modules
+import torch only when a model is built) and the named model sizes of `models.named`.
 """
 
 from __future__ import annotations
 
 import difflib
-import importlib.util
-import re
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
-# Used only when the models package cannot be found on disk (e.g. a broken install).
-FALLBACK_SCHEMES = ("pre", "post", "peri", "lns", "deepnet", "layerrope")
-
-_REGISTER = re.compile(r"""register_scheme\(\s*["']([A-Za-z0-9_.\-]+)["']""")
+from models import registry
+from models.config import swiglu_hidden
+from models.named import named_configs
 
 
 @dataclass(frozen=True)
@@ -40,9 +32,6 @@ class NamedShape:
 @lru_cache(maxsize=1)
 def named_sizes() -> dict[str, NamedShape]:
     """The named model sizes of `models.named` (a torch-free module) by name."""
-    from models.config import swiglu_hidden
-    from models.named import named_configs
-
     return {
         name: NamedShape(width=c.width, depth=c.depth, heads=c.n_heads, mlp_hidden=c.mlp_hidden or swiglu_hidden(c.width),
                          family=c.family, extra=tuple(sorted(c.extra.items())))
@@ -50,26 +39,9 @@ def named_sizes() -> dict[str, NamedShape]:
     }
 
 
-def _schemes_dir() -> Path | None:
-    spec = importlib.util.find_spec("models")  # finds the package without executing it
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    folder = Path(next(iter(spec.submodule_search_locations))) / "schemes"
-    return folder if folder.is_dir() else None
-
-
-@lru_cache(maxsize=1)
 def scheme_names() -> tuple[str, ...]:
-    """Every normalization scheme the installed `models` package registers, sorted."""
-    folder = _schemes_dir()
-    names: set[str] = set()
-    if folder is not None:
-        for path in folder.glob("*.py"):
-            try:
-                names.update(_REGISTER.findall(path.read_text(encoding="utf-8")))
-            except OSError:
-                continue
-    return tuple(sorted(names)) if names else FALLBACK_SCHEMES
+    """Every normalization scheme the models package registers, sorted."""
+    return tuple(registry.scheme_names())
 
 
 def suggest(word: str, choices: list[str] | tuple[str, ...]) -> str:

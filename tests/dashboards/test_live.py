@@ -146,7 +146,8 @@ def test_a_damaged_chunk_is_reported_and_the_last_good_state_kept(tmp_path):
 
 
 def test_a_sweep_with_no_results_yet_shows_empty_figures_then_fills_in(tmp_path):
-    from sweeper.records.store import MANIFEST, STORE_VERSION, write_json_atomic
+    from sweeper.records.durable import write_json_atomic
+    from sweeper.records.store import MANIFEST, STORE_VERSION
 
     root = tmp_path / "s"
     root.mkdir()

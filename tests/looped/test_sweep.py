@@ -86,17 +86,21 @@ def test_looped_trial_samples_loops_per_step_and_resumes_exactly(tmp_path):
 
 
 def test_fits_and_dashboards_put_the_loop_count_on_the_x_axis(tmp_path, capsys):
-    """A loop-count sweep stores T in the `depth` column and `x: loops` in the manifest: the fits and the
-    dashboards' scaling figures use T as x, labelled as the loop count (with fits.json and before it)."""
+    """A loop-count sweep stores T in the `loops` column (its `depth` is the number of blocks) and `x: loops`
+    in the manifest: the fits and the dashboards' scaling figures use T as x, labelled as the loop count
+    (with fits.json and before it)."""
     from dashboards.data import load_sweep as load_dashboard
     from dashboards.figures.scaling import optimal_lr, scaling
     from dashboards.synthetic import SyntheticSpec, SyntheticSweep
     from sweeper.analysis.fits.report import LOOPS_LABEL
-    from sweeper.records.store import MANIFEST, read_manifest, write_json_atomic
+    from sweeper.records.store import load_points, read_manifest
 
-    sweep = SyntheticSweep(tmp_path / "s", SyntheticSpec(methods=("pre", "layerrope"), depths=(1, 2, 4, 8), lrs_per_cell=5))
+    spec = SyntheticSpec(methods=("pre", "layerrope"), depths=(1, 2, 4, 8), loop_blocks=4, lrs_per_cell=5)
+    sweep = SyntheticSweep(tmp_path / "s", spec)
     sweep.finish()
-    write_json_atomic(tmp_path / "s" / MANIFEST, {**read_manifest(tmp_path / "s"), "x": "loops"})
+    assert read_manifest(tmp_path / "s")["x"] == "loops"
+    points = load_points(tmp_path / "s")
+    assert set(points["loops"]) == {1, 2, 4, 8} and set(points["depth"]) == {4} and set(points["size"]) == {"T1", "T2", "T4", "T8"}
     data = load_dashboard(tmp_path / "s")
     assert data.x_kind == "loops" and {v["loops"] for v in data.size_values().values()} == {1.0, 2.0, 4.0, 8.0}
     for figure in (scaling(data), optimal_lr(data)):
@@ -110,3 +114,29 @@ def test_fits_and_dashboards_put_the_loop_count_on_the_x_axis(tmp_path, capsys):
     assert doc["x"] == "depth" and doc["x_label"] == LOOPS_LABEL
     assert load_dashboard(tmp_path / "s").fits is not None
     assert scaling(load_dashboard(tmp_path / "s"))["layout"]["xaxis"]["title"]["text"].lower().startswith("loop count t")
+
+
+def test_a_loop_count_store_of_version_1_reads_its_loop_count(tmp_path):
+    """Store version 1 kept a loop-count sweep's T in `depth` (and had no `loops` column): its rows read as
+    version 2 writes them, T in `loops` and the number of blocks unknown; the dashboards still put T on x."""
+    import pyarrow.parquet as pq
+
+    from dashboards.data import load_sweep as load_dashboard
+    from dashboards.synthetic import SyntheticSpec, SyntheticSweep
+    from sweeper.records.durable import write_json_atomic, write_parquet_atomic
+    from sweeper.records.store import MANIFEST, load_cells, load_points, read_manifest
+
+    root = tmp_path / "s"
+    sweep = SyntheticSweep(root, SyntheticSpec(methods=("pre",), depths=(1, 2, 4, 8), loop_blocks=4, lrs_per_cell=5))
+    sweep.finish()
+    for chunk in [*root.glob("store/points/*.parquet"), root / "store" / "cells.parquet"]:  # as version 1 wrote them
+        table = pq.read_table(chunk)
+        table = table.set_column(table.schema.get_field_index("depth"), "depth", table["loops"]).drop(["loops"])
+        write_parquet_atomic(table, chunk)
+    write_json_atomic(root / MANIFEST, {**read_manifest(root), "store_version": 1})
+    points, cells = load_points(root), load_cells(root)
+    assert set(points["loops"]) == {1, 2, 4, 8} and points["depth"].null_count() == points.height
+    assert set(cells["loops"]) == {1, 2, 4, 8}
+    data = load_dashboard(root)
+    assert data.sizes == ("T1", "T2", "T4", "T8")
+    assert {v["loops"] for v in data.size_values().values()} == {1.0, 2.0, 4.0, 8.0}

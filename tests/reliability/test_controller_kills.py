@@ -173,37 +173,35 @@ def test_driver_killed_six_times_completes_with_the_uninterrupted_results(ray_se
 
 
 def _state(tmp_path: Path, **overrides: Any):
-    from sweeper.records.ledger import Ledger, storage_url
-    from sweeper.search.planner import build_plan
-    from sweeper.spec.schema import validate_data
-    from sweeper.run.state import SweepState
-    from sweeper.records.store import StoreWriter
+    from tests.run.driving import make_sweep
 
     raw = {"name": "unit", "methods": ["pre"], "model": {"width": 32, "heads": 2, "depths": [2], "seq_len": 32},
            "train": {"steps": 30, "batch_size": 4}, "lr": {"grid": [1e-3, 3e-3, 1e-2, 3e-2]}, "stack": 1,
            "concurrency": 2, **overrides}
-    plan = build_plan(validate_data(raw), output=str(tmp_path / "sweep"))
-    plan.sweep_dir.mkdir(parents=True, exist_ok=True)
-    return SweepState(plan, Ledger(storage_url("sqlite", plan.sweep_dir)), StoreWriter(plan.sweep_dir), concurrency=2)
+    return make_sweep(tmp_path, raw, concurrency=2)
 
 
 def test_a_relaunch_queues_the_rest_of_an_interrupted_initial_grid(tmp_path):
+    from tests.run.driving import next_config
+
     state = _state(tmp_path)
-    state.load({})
-    first = state.next_stack("t1")  # 1e-3 and 3e-3 assigned; 1e-2 and 3e-2 only queued in memory
-    second = state.next_stack("t2")
+    state.load([])
+    first = next_config(state, "t1")  # 1e-3 and 3e-3 assigned; 1e-2 and 3e-2 only queued in memory
+    second = next_config(state, "t2")
     assert first["spec"]["lrs"] == [1e-3] and second["spec"]["lrs"] == [3e-3]
     state.flush(force=True)  # ... and the driver is killed here
 
     again = _state(tmp_path)
     again.load(again.ledger.load(), {})
-    assert sorted(again.queue["pre/L2/s0"]) == [1e-3, 3e-3, 1e-2, 3e-2]  # two re-runs + the rest of the grid
+    assert sorted(again.book.queue["pre/L2/s0"]) == [1e-3, 3e-3, 1e-2, 3e-2]  # two re-runs + the rest of the grid
 
 
 def test_a_trial_that_cannot_be_restored_reruns_its_points_instead_of_failing_them(tmp_path):
+    from tests.run.driving import end, next_config, report
+
     state = _state(tmp_path)
-    state.load({})
-    config = state.next_stack("t1")
+    state.load([])
+    config = next_config(state, "t1")
     pids = config["spec"]["point_ids"]
     state.on_trial_start("t1", pids)
     state.flush(force=True)  # killed while t1 trains; Tune's snapshot names a checkpoint it later deleted
@@ -212,21 +210,21 @@ def test_a_trial_that_cannot_be_restored_reruns_its_points_instead_of_failing_th
     counts = again.load(again.ledger.load(), {"t1": pids})
     assert counts["resumed"] == 1
     again.on_trial_start("t1", pids)
-    again.on_trial_end("t1", pids, None, "ValueError: Could not recover from checkpoint as it does not exist")
-    rec = again.points["pre/L2/s0"][pids[0]]
+    end(again, "t1", pids, None, "ValueError: Could not recover from checkpoint as it does not exist")
+    rec = again.book.points["pre/L2/s0"][pids[0]]
     assert rec.state == "queued" and rec.reason.startswith("re-run: its trial could not be restored")
-    assert config["spec"]["lrs"][0] in again.queue["pre/L2/s0"]
-    again.concurrency = 10
+    assert config["spec"]["lrs"][0] in again.book.queue["pre/L2/s0"]
+    again.trials.concurrency = 10
     assigned = {tuple(c["spec"]["point_ids"]): tid for tid in ("t6", "t7", "t8", "t9")
-                if isinstance(c := again.next_stack(tid), dict)}
-    assert tuple(pids) in assigned and again.points["pre/L2/s0"][pids[0]].attempt == 2
+                if isinstance(c := next_config(again, tid), dict)}
+    assert tuple(pids) in assigned and again.book.points["pre/L2/s0"][pids[0]].attempt == 2
     tid = assigned[tuple(pids)]
     # A restored trial that reported in this launch and then crashed is a real failure.
     again.on_trial_start(tid, pids)
-    again.on_result(tid, pids, {"step": 10, "done": False, "members": [
+    report(again, tid, pids, {"step": 10, "done": False, "members": [
         {"point_id": pids[0], "lr": rec.lr, "train_loss": 4.0, "eval_loss": None, "state": "running"}]})
-    again.on_trial_end(tid, pids, None, "RuntimeError: boom")
-    assert again.points["pre/L2/s0"][pids[0]].state == "failed"
+    end(again, tid, pids, None, "RuntimeError: boom")
+    assert again.book.points["pre/L2/s0"][pids[0]].state == "failed"
 
 
 @settings(max_examples=150, deadline=None)

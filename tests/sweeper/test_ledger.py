@@ -9,51 +9,65 @@ from wsgiref.util import setup_testing_defaults
 import optuna
 import pytest
 
-from sweeper.records.ledger import Ledger, storage_url
+from sweeper.records.ledger import OptunaLedger, storage_url
+from sweeper.records.rows import CellFacts, PointRow
+from sweeper.records.states import PointState
+
+CELL = CellFacts(cell_id="pre/L2/s0", method="pre", size="L2", depth=2)
 
 
 @pytest.fixture(params=["sqlite", "journal"])
 def ledger(request, tmp_path):
     if request.param == "sqlite":
-        return Ledger(storage_url("sqlite", tmp_path))
-    return Ledger(f"journal:{tmp_path / 'ledger.log'}")
+        return OptunaLedger(storage_url("sqlite", tmp_path))
+    return OptunaLedger(f"journal:{tmp_path / 'ledger.log'}")
+
+
+def queued(lr: float, tune_trial_id: str, attempt: int = 1, cell: CellFacts = CELL) -> PointRow:
+    return PointRow(cell, lr, PointState.QUEUED, attempt=attempt, tune_trial_id=tune_trial_id)
 
 
 def test_points_round_trip(ledger):
-    attrs = {"method": "pre", "size": "L2", "depth": 2}
-    a = ledger.open_point("pre/L2/s0", "pre/L2/s0/lr=0.001", 1e-3, (1e-6, 1.0), attempt=1, tune_trial_id="t1",
-                          cell_attrs=attrs)
-    b = ledger.open_point("pre/L2/s0", "pre/L2/s0/lr=0.002", 2e-3, (1e-6, 1.0), attempt=1, tune_trial_id="t1")
-    c = ledger.open_point("pre/L2/s0", "pre/L2/s0/lr=0.004", 4e-3, (1e-6, 1.0), attempt=1, tune_trial_id="t1")
-    d = ledger.open_point("pre/L2/s0", "pre/L2/s0/lr=0.008", 8e-3, (1e-6, 1.0), attempt=1, tune_trial_id="t2")
-    ledger.update(d, state="running")
+    attrs = {"method": "pre", "size": "L2", "depth": 2, "flops_per_token": float("inf")}
+    bounds = (1e-6, 1.0)
+    rows = {lr: queued(lr, "t1") for lr in (1e-3, 2e-3, 4e-3)}
+    a, b, c = (ledger.open(row, bounds, attrs if lr == 1e-3 else {}) for lr, row in rows.items())
+    d_row = queued(8e-3, "t2")
+    d = ledger.open(d_row, bounds, {})
+    ledger.start(d, d_row.evolve(state=PointState.RUNNING, started_at=123.0))
     ledger.report(a, 50, 3.5)
     ledger.report(a, 60, float("nan"))  # ignored, never stored as NaN
-    ledger.finish(a, "ok", 3.1, {"loss": 3.1, "init_loss": 5.5, "train_seconds": float("inf")})
-    ledger.finish(b, "diverged", None, {"reason": "loss NaN", "diverged_step": 12})
-    ledger.finish(c, "failed", None, {"reason": "RuntimeError: boom"})
+    ledger.finish(a, rows[1e-3].evolve(state=PointState.OK, objective=3.1, loss=3.1, init_loss=5.5,
+                                       train_seconds=float("inf")))
+    ledger.finish(b, rows[2e-3].evolve(state=PointState.DIVERGED, reason="loss NaN", diverged_step=12))
+    ledger.finish(c, rows[4e-3].evolve(state=PointState.FAILED, reason="RuntimeError: boom"))
 
-    fresh = Ledger(ledger.url)  # another process reads it
-    points = {p.point_id: p for p in fresh.load()["pre/L2/s0"]}
-    assert [p.state for p in points.values()] == ["ok", "diverged", "failed", "running"]
-    assert points["pre/L2/s0/lr=0.001"].objective == 3.1
-    assert points["pre/L2/s0/lr=0.001"].metrics == {"loss": 3.1, "init_loss": 5.5, "train_seconds": None}
-    assert points["pre/L2/s0/lr=0.002"].metrics["reason"] == "loss NaN"
+    fresh = OptunaLedger(ledger.url)  # another process reads it
+    points = {e.row.point_id: e for e in fresh.load()}
+    assert [e.row.state for e in points.values()] == ["ok", "diverged", "failed", "running"]
+    ok = points["pre/L2/s0/lr=0.001"].row
+    assert ok.objective == 3.1 and (ok.loss, ok.init_loss, ok.train_seconds) == (3.1, 5.5, 0.0)
+    assert points["pre/L2/s0/lr=0.002"].row.reason == "loss NaN" and points["pre/L2/s0/lr=0.002"].row.diverged_step == 12
     running = points["pre/L2/s0/lr=0.008"]
-    assert running.tune_trial_id == "t2" and running.trial_id == d
-    assert fresh.cells()["pre/L2/s0"] == attrs
-    # A retried point gets a new trial; the newest one is the point.
-    e = fresh.open_point("pre/L2/s0", "pre/L2/s0/lr=0.004", 4e-3, (1e-6, 1.0), attempt=2, tune_trial_id="t3")
-    fresh.finish(e, "ok", 3.3, {"loss": 3.3})
-    again = {p.point_id: p for p in Ledger(ledger.url).load()["pre/L2/s0"]}
+    assert running.row.tune_trial_id == "t2" and running.entry == d and running.row.started_at == 123.0
+    assert all(points[p].entry is None for p in points if p != "pre/L2/s0/lr=0.008")  # finished: never written again
+    assert fresh.cells()["pre/L2/s0"] == {**attrs, "flops_per_token": None}  # JSON-safe: no inf stored
+    stored = optuna.load_study(study_name="pre/L2/s0", storage=ledger.url).trials if ledger.url.startswith("sqlite") else []
+    assert all(v == v for t in stored for v in t.intermediate_values.values())
+    # A retried point gets a new entry; the newest one is the point.
+    e = fresh.open(queued(4e-3, "t3", attempt=2), bounds, {})
+    fresh.finish(e, queued(4e-3, "t3", attempt=2).evolve(state=PointState.OK, objective=3.3, loss=3.3))
+    again = {e.row.point_id: e.row for e in OptunaLedger(ledger.url).load()}
     assert again["pre/L2/s0/lr=0.004"].state == "ok" and again["pre/L2/s0/lr=0.004"].attempt == 2
 
 
 def test_the_ledger_is_an_ordinary_optuna_study(tmp_path):
-    ledger = Ledger(storage_url("sqlite", tmp_path))
+    ledger = OptunaLedger(storage_url("sqlite", tmp_path))
+    cell = CellFacts(cell_id="post/L4/s1", method="post", size="L4", seed=1)
     for lr, value in ((1e-3, 3.0), (2e-3, 2.5), (4e-3, 2.8)):
-        t = ledger.open_point("post/L4/s1", f"post/L4/s1/lr={lr:.6g}", lr, (1e-5, 0.1), attempt=1, tune_trial_id="x")
-        ledger.finish(t, "ok", value, {"loss": value})
+        row = queued(lr, "x", cell=cell)
+        t = ledger.open(row, (1e-5, 0.1), {})
+        ledger.finish(t, row.evolve(state=PointState.OK, objective=value, loss=value))
     study = optuna.load_study(study_name="post/L4/s1", storage=ledger.url)
     assert study.best_trial.params == {"lr": 2e-3}
     assert study.direction == optuna.study.StudyDirection.MINIMIZE
@@ -63,11 +77,11 @@ def test_the_ledger_is_an_ordinary_optuna_study(tmp_path):
 
 def test_optuna_dashboard_opens_the_ledger(tmp_path):
     optuna_dashboard = pytest.importorskip("optuna_dashboard")
-    ledger = Ledger(storage_url("sqlite", tmp_path))
-    t = ledger.open_point("layerrope/L8/s0", "layerrope/L8/s0/lr=0.003", 3e-3, (1e-5, 0.1), attempt=1,
-                          tune_trial_id="x", cell_attrs={"method": "layerrope"})
+    ledger = OptunaLedger(storage_url("sqlite", tmp_path))
+    row = queued(3e-3, "x", cell=CellFacts(cell_id="layerrope/L8/s0", method="layerrope", size="L8"))
+    t = ledger.open(row, (1e-5, 0.1), {"method": "layerrope"})
     ledger.report(t, 50, 3.2)
-    ledger.finish(t, "ok", 2.9, {"loss": 2.9})
+    ledger.finish(t, row.evolve(state=PointState.OK, objective=2.9, loss=2.9))
     app = optuna_dashboard.wsgi(optuna.storages.RDBStorage(ledger.url))
 
     def get(path: str) -> dict:

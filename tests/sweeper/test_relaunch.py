@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.run.launch import check_compatible, check_output_dir, manifest_for, save_yaml_copy
+from sweeper.run.sweep_dir import check_compatible, check_output_dir, manifest_for, save_yaml_copy
 from sweeper.errors import UserError
 from sweeper.search.planner import build_plan
 from sweeper.spec.schema import validate_data
-from sweeper.records.store import MANIFEST, write_json_atomic
+from sweeper.records.durable import write_json_atomic
+from sweeper.records.store import MANIFEST
 
 BASE = {
     "name": "relaunch",
@@ -101,7 +102,7 @@ def test_yaml_copies_are_kept_per_change(tmp_path):
 
 
 def test_one_driver_per_sweep_directory(tmp_path):
-    from sweeper.run.launch import hold_driver_lock
+    from sweeper.run.sweep_dir import hold_driver_lock
 
     sweep = tmp_path / "sweep"
     sweep.mkdir()

@@ -74,8 +74,9 @@ def _scale(rows: list[dict[str, Any]]) -> Scale:
     # Diverged points stop early: their token counts are not the planned budget.
     trained = [r for r in rows if r.get("state") == "ok"] or rows
     tokens = [float(r["tokens"]) for r in trained if r["tokens"]]
+    along = first["loops"] if first.get("loops") is not None else first["depth"]  # a loop-count sweep: its loop count
     return Scale(
-        depth=int(first["depth"]) if first["depth"] is not None else None,
+        depth=int(along) if along is not None else None,
         params=int(first["params"]) if first["params"] is not None else None,
         params_nonembed=int(first["params_nonembed"]) if first["params_nonembed"] is not None else None,
         flops_per_token=_f(first["flops_per_token"]),
@@ -128,7 +129,7 @@ class SweepResults:
     edge_included: list[str] = field(default_factory=list)
     cells: list[CellSensitivity] = field(default_factory=list)
     n_cells: int = 0
-    loops_axis: bool = False  # a loop-count sweep of the looped family: the `depth` column holds the loop count
+    loops_axis: bool = False  # a loop-count sweep of the looped family: `Scale.depth` is the loop count
 
     def methods(self) -> list[str]:
         return sorted({s.method for s in self.sizes} | {c.method for c in self.cells})

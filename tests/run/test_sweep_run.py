@@ -1,5 +1,5 @@
-"""The sweep state machine, driven directly (no Ray) with a real SQLite ledger and a real store;
-and the store's repair from the ledger."""
+"""A launch's running sweep (cell book, Tune-trial bookkeeping, recorder), driven directly (no Ray)
+with a real SQLite ledger and a real store; and the store's repair from the ledger."""
 
 from __future__ import annotations
 
@@ -11,19 +11,12 @@ import optuna
 import pytest
 
 from sweeper.cli import main
-from sweeper.run.launch import manifest_for
-from sweeper.records.ledger import Ledger, storage_url
-from sweeper.search.planner import build_plan
-from sweeper.spec.schema import validate_data
-from sweeper.run.state import FINISHED, SweepState
-from sweeper.records.store import (
-    MANIFEST,
-    StoreWriter,
-    load_cells,
-    load_curves,
-    load_points,
-    write_json_atomic,
-)
+from sweeper.records.durable import write_json_atomic
+from sweeper.records.ledger import OptunaLedger, storage_url
+from sweeper.records.store import MANIFEST, load_cells, load_curves, load_points
+from sweeper.run.sweep_dir import manifest_for
+from sweeper.run.sweep_run import SWEEP_DONE, SweepRun
+from tests.run.driving import end, make_sweep, member, next_config, report, result
 
 OPT = 0.01  # true optimum of the synthetic loss
 
@@ -32,7 +25,7 @@ def loss_at(lr: float) -> float:
     return 3.0 + 0.3 * math.log(lr / OPT) ** 2
 
 
-def make_state(tmp_path: Path, **overrides) -> SweepState:
+def make_state(tmp_path: Path, **overrides) -> SweepRun:
     raw = {
         "name": "unit",
         "methods": ["pre", "post"],
@@ -42,19 +35,10 @@ def make_state(tmp_path: Path, **overrides) -> SweepState:
         "stack": 3,
     }
     raw.update(overrides)
-    cfg = validate_data(raw)
-    plan = build_plan(cfg, output=str(tmp_path / "sweep"))
-    plan.sweep_dir.mkdir(parents=True, exist_ok=True)
-    ledger = Ledger(storage_url("sqlite", plan.sweep_dir))
-    return SweepState(plan, ledger, StoreWriter(plan.sweep_dir), concurrency=2)
+    return make_sweep(tmp_path, raw, concurrency=2)
 
 
-def member(pid: str, lr: float, state: str = "running", eval_loss=None, train_loss=4.0, **extra):
-    return {"point_id": pid, "lr": lr, "train_loss": train_loss, "eval_loss": eval_loss, "state": state,
-            "diverged_step": extra.get("diverged_step"), "reason": extra.get("reason")}
-
-
-def run_trial(state: SweepState, tid: str, config: dict, *, diverge_above: float = 1.0, corpus: str = "c1",
+def run_trial(state: SweepRun, tid: str, config: dict, *, diverge_above: float = 1.0, corpus: str = "c1",
               loss=None) -> None:
     """Play a whole trial: start, one progress report, a final report."""
     spec = config["spec"]
@@ -62,30 +46,30 @@ def run_trial(state: SweepState, tid: str, config: dict, *, diverge_above: float
     loss_at = (lambda lr: loss(depth, lr)) if loss else globals()["loss_at"]
     pids, lrs = spec["point_ids"], spec["lrs"]
     state.on_trial_start(tid, pids)
-    state.on_result(tid, pids, {"step": 10, "tokens": 1280, "train_seconds": 1.0, "done": False,
-                                "members": [member(p, lr) for p, lr in zip(pids, lrs)]})
+    report(state, tid, pids, {"step": 10, "tokens": 1280, "train_seconds": 1.0, "done": False,
+                              "members": [member(p, lr) for p, lr in zip(pids, lrs)]})
     final = []
     results = []
     for p, lr in zip(pids, lrs):
         if lr > diverge_above:
             final.append(member(p, lr, "diverged", diverged_step=12, reason="loss NaN"))
-            results.append({"point_id": p, "outcome": "diverged", "corpus": corpus, "init_loss": 5.5})
+            results.append(result(p, lr, "diverged", corpus=corpus, init_loss=5.5, diverged_step=12, steps=12))
         else:
             final.append(member(p, lr, "ok", eval_loss=loss_at(lr)))
-            results.append({"point_id": p, "outcome": "ok", "loss": loss_at(lr), "objective": loss_at(lr),
-                            "corpus": corpus, "init_loss": 5.5, "steps": 30, "tokens": 3840})
-    result = {"step": 30, "tokens": 3840, "train_seconds": 3.0, "done": True, "members": final, "results": results}
-    state.on_result(tid, pids, result)
-    state.on_trial_end(tid, pids, result, None)
+            results.append(result(p, lr, "ok", loss=loss_at(lr), objective=loss_at(lr), corpus=corpus, init_loss=5.5,
+                                  steps=30, tokens=3840))
+    last = {"step": 30, "tokens": 3840, "train_seconds": 3.0, "done": True, "members": final, "results": results}
+    report(state, tid, pids, last)
+    end(state, tid, pids, last, None)
 
 
-def drive(state: SweepState, **kw) -> list[dict]:
+def drive(state: SweepRun, **kw) -> list[dict]:
     configs = []
     n = 0
     while True:
         n += 1
-        config = state.next_stack(f"t{n}")
-        if config == FINISHED:
+        config = next_config(state, f"t{n}")
+        if config is SWEEP_DONE:
             return configs
         assert config is not None, "nothing queued although the sweep is not finished"
         configs.append(config)
@@ -94,17 +78,17 @@ def drive(state: SweepState, **kw) -> list[dict]:
 
 def test_cells_are_bracketed_and_recorded_in_ledger_and_store(tmp_path):
     state = make_state(tmp_path)
-    state.load({})
+    state.load([])
     configs = drive(state)
-    assert all(state.decisions[c].status == "bracketed" for c in state.cells)
+    assert all(state.book.decisions[c].status == "bracketed" for c in state.cells)
     # The initial grids went as stacks of 3; extensions follow; never the same LR twice per cell.
     assert len(configs[0]["spec"]["lrs"]) == 3
     for cid in state.cells:
         lrs = [lr for c in configs if c["cell_id"] == cid for lr in c["spec"]["lrs"]]
         assert len(lrs) == len(set(lrs))
-        best = state.decisions[cid].best
+        best = state.book.decisions[cid].best
         assert abs(math.log(best.lr / OPT)) <= math.log(2) / 2 + 1e-9
-        assert state.decisions[cid].interp_lr == pytest.approx(OPT, rel=1e-6)
+        assert state.book.decisions[cid].interp_lr == pytest.approx(OPT, rel=1e-6)
     state.flush(force=True)
     sweep_dir = state.plan.sweep_dir
     points = load_points(sweep_dir)
@@ -117,12 +101,12 @@ def test_cells_are_bracketed_and_recorded_in_ledger_and_store(tmp_path):
     storage = storage_url("sqlite", sweep_dir)
     for cid in state.cells:
         study = optuna.load_study(study_name=cid, storage=storage)
-        assert len(study.trials) == len(state.points[cid])
+        assert len(study.trials) == len(state.book.points[cid])
         for t in study.trials:
             assert t.state == optuna.trial.TrialState.COMPLETE
             assert t.value == pytest.approx(loss_at(t.params["lr"]))
             assert t.user_attrs["metrics"]["corpus"] == "c1"
-        assert study.best_trial.params["lr"] == state.decisions[cid].best.lr
+        assert study.best_trial.params["lr"] == state.book.decisions[cid].best.lr
         assert study.user_attrs["method"] == cid.split("/")[0]
 
 
@@ -133,8 +117,8 @@ def test_prior_extrapolate_centres_deeper_cells_on_the_lr_law(tmp_path):
     state = make_state(tmp_path, methods=["pre"], model={"width": 32, "heads": 2, "depths": [2, 4, 8, 16],
                                                           "seq_len": 32},
                        lr={"center": 3e-3, "points": 5, "refine": True, "prior": "extrapolate"}, stack=8)
-    state.load({})
-    assert set(state.waiting) == {"pre/L8/s0", "pre/L16/s0"}  # L2 and L4 have no law to wait for
+    state.load([])
+    assert set(state.book.waiting) == {"pre/L8/s0", "pre/L16/s0"}  # L2 and L4 have no law to wait for
     configs = drive(state, loss=loss)
     first = {}
     for c in configs:
@@ -146,73 +130,73 @@ def test_prior_extrapolate_centres_deeper_cells_on_the_lr_law(tmp_path):
     # Three: an interval, and a narrower grid around 0.02 / 16.
     assert 3 <= len(first["pre/L16/s0"]) < 5
     assert min(first["pre/L16/s0"], key=lambda lr: abs(math.log(lr / 0.00125))) == pytest.approx(0.00125, rel=0.1)
-    assert all(state.decisions[c].status == "bracketed" for c in state.cells)
+    assert all(state.book.decisions[c].status == "bracketed" for c in state.cells)
     assert any("prior LR" in m for m in state.messages)
 
 
 def test_divergence_mid_trial_finishes_that_point_at_once(tmp_path):
     state = make_state(tmp_path, methods=["pre"])
-    state.load({})
-    config = state.next_stack("t1")
+    state.load([])
+    config = next_config(state, "t1")
     pids, lrs = config["spec"]["point_ids"], config["spec"]["lrs"]
     state.on_trial_start("t1", pids)
     members = [member(pids[0], lrs[0]), member(pids[1], lrs[1]),
                member(pids[2], lrs[2], "diverged", diverged_step=7, reason="loss above the initial loss")]
-    state.on_result("t1", pids, {"step": 10, "tokens": 1, "train_seconds": 1.0, "done": False, "members": members})
-    rec = state.points["pre/L2/s0"][pids[2]]
+    report(state, "t1", pids, {"step": 10, "tokens": 1, "train_seconds": 1.0, "done": False, "members": members})
+    rec = state.book.points["pre/L2/s0"][pids[2]]
     assert rec.state == "diverged" and rec.diverged_step == 7 and rec.reason == "loss above the initial loss"
     study = optuna.load_study(study_name="pre/L2/s0", storage=state.ledger.url)
     assert [t.state.name for t in study.trials].count("PRUNED") == 1
     # The other members keep running; a later report about the diverged one is ignored.
-    assert state.points["pre/L2/s0"][pids[0]].state == "running"
-    state.on_result("t1", pids, {"step": 20, "tokens": 2, "train_seconds": 2.0, "done": False,
+    assert state.book.points["pre/L2/s0"][pids[0]].state == "running"
+    report(state, "t1", pids, {"step": 20, "tokens": 2, "train_seconds": 2.0, "done": False,
                                  "members": [member(p, lr) for p, lr in zip(pids, lrs)]})
     assert rec.state == "diverged"
 
 
 def test_a_failing_trial_fails_its_points_and_the_cell_moves_on(tmp_path):
     state = make_state(tmp_path, methods=["pre"])
-    state.load({})
-    config = state.next_stack("t1")
+    state.load([])
+    config = next_config(state, "t1")
     pids = config["spec"]["point_ids"]
     state.on_trial_start("t1", pids)
-    state.on_trial_end("t1", pids, None, "RuntimeError: CUDA out of memory")
-    recs = [state.points["pre/L2/s0"][p] for p in pids]
+    end(state, "t1", pids, None, "RuntimeError: CUDA out of memory")
+    recs = [state.book.points["pre/L2/s0"][p] for p in pids]
     assert {r.state for r in recs} == {"failed"}
     assert recs[0].reason == "RuntimeError: CUDA out of memory"
-    assert state.decisions["pre/L2/s0"].status == "failed"
-    assert state.next_stack("t2") == FINISHED  # failed points are never retried within a launch
+    assert state.book.decisions["pre/L2/s0"].status == "failed"
+    assert next_config(state, "t2") is SWEEP_DONE  # failed points are never retried within a launch
 
 
 def test_stopping_leaves_points_active_and_a_relaunch_reruns_them(tmp_path):
     state = make_state(tmp_path, methods=["pre"])
-    state.load({})
-    config = state.next_stack("t1")
+    state.load([])
+    config = next_config(state, "t1")
     pids = config["spec"]["point_ids"]
     state.on_trial_start("t1", pids)
     state.stopping = True
-    state.on_trial_end("t1", pids, {"done": False}, None)
-    assert {state.points["pre/L2/s0"][p].state for p in pids} == {"running"}
-    assert state.next_stack("t2") is None
+    end(state, "t1", pids, {"done": False}, None)
+    assert {state.book.points["pre/L2/s0"][p].state for p in pids} == {"running"}
+    assert next_config(state, "t2") is None
     state.flush(force=True)
 
     # Relaunch with nothing to restore: the stale points are queued again, same ledger trials, attempt 2.
     again = make_state(tmp_path, methods=["pre"])
     counts = again.load(again.ledger.load())
     assert counts["rerun"] == 3
-    config = again.next_stack("t9")
+    config = next_config(again, "t9")
     assert sorted(config["spec"]["point_ids"]) == sorted(pids)
-    assert {again.points["pre/L2/s0"][p].attempt for p in pids} == {2}
+    assert {again.book.points["pre/L2/s0"][p].attempt for p in pids} == {2}
     study = optuna.load_study(study_name="pre/L2/s0", storage=again.ledger.url)
     assert len(study.trials) == 3
 
 
 def test_relaunch_never_retrains_finished_points_and_resumes_claimed_ones(tmp_path):
     state = make_state(tmp_path, methods=["pre"])
-    state.load({})
-    first = state.next_stack("t1")
+    state.load([])
+    first = next_config(state, "t1")
     run_trial(state, "t1", first)
-    second = state.next_stack("t2")  # an extension, still running when the driver dies
+    second = next_config(state, "t2")  # an extension, still running when the driver dies
     state.on_trial_start("t2", second["spec"]["point_ids"])
     state.flush(force=True)
     finished = set(first["spec"]["point_ids"])
@@ -220,55 +204,55 @@ def test_relaunch_never_retrains_finished_points_and_resumes_claimed_ones(tmp_pa
     again = make_state(tmp_path, methods=["pre"])
     counts = again.load(again.ledger.load(), {"t2": second["spec"]["point_ids"]})
     assert counts == {"finished": 3, "resumed": len(second["spec"]["point_ids"]), "rerun": 0, "retried": 0}
-    assert again.next_stack("t3") is None  # nothing to start: the restored trial holds the queued work
+    assert next_config(again, "t3") is None  # nothing to start: the restored trial holds the queued work
     assert not again.should_stop("t2", second["spec"]["point_ids"])
     assert again.should_stop("t1", first["spec"]["point_ids"])  # a restored trial of finished points
     # A replayed report of a finished point changes nothing.
     pid = first["spec"]["point_ids"][0]
-    before = again.points["pre/L2/s0"][pid].objective
-    again.on_result("t1", [pid], {"step": 30, "done": True, "members": [member(pid, 1e-3, "ok", eval_loss=9.9)]})
-    assert again.points["pre/L2/s0"][pid].objective == before
+    before = again.book.points["pre/L2/s0"][pid].objective
+    report(again, "t1", [pid], {"step": 30, "done": True, "members": [member(pid, 1e-3, "ok", eval_loss=9.9)]})
+    assert again.book.points["pre/L2/s0"][pid].objective == before
     run_trial(again, "t2", second)
     configs = drive(again)
     trained = {p for c in configs for p in c["spec"]["point_ids"]}
     assert not trained & finished
-    assert again.decisions["pre/L2/s0"].status == "bracketed"
+    assert again.book.decisions["pre/L2/s0"].status == "bracketed"
 
 
 def test_a_changed_corpus_fails_the_point(tmp_path):
     state = make_state(tmp_path, methods=["pre"])
-    state.load({})
+    state.load([])
     state.expected_corpus = "c1"
-    config = state.next_stack("t1")
+    config = next_config(state, "t1")
     run_trial(state, "t1", config, corpus="c2")
-    recs = list(state.points["pre/L2/s0"].values())
+    recs = list(state.book.points["pre/L2/s0"].values())
     assert {r.state for r in recs} == {"failed"}
     assert "corpus changed" in recs[0].reason
 
 
 def test_concurrency_is_enforced_by_the_state(tmp_path):
     state = make_state(tmp_path, stack=1)  # concurrency 2 (make_state)
-    state.load({})
-    assert state.next_stack("t1") and state.next_stack("t2")
-    assert state.next_stack("t3") is None  # two trials live, points still queued
-    pids = state.trial_points["t1"]
+    state.load([])
+    assert next_config(state, "t1") and next_config(state, "t2")
+    assert next_config(state, "t3") is None  # two trials live, points still queued
+    pids = state.trials.points["t1"]
     state.on_trial_start("t1", pids)
-    state.on_trial_end("t1", pids, None, "boom")
-    assert state.next_stack("t3") is not None
+    end(state, "t1", pids, None, "boom")
+    assert next_config(state, "t3") is not None
 
 
 def test_stack_size_and_training_time_accounting(tmp_path):
     state = make_state(tmp_path, methods=["pre"], stack=2)
-    state.load({})
-    config = state.next_stack("t1")
+    state.load([])
+    config = next_config(state, "t1")
     assert len(config["spec"]["lrs"]) == 2
     assert config["resources"] == {"CPU": 1.0}
     run_trial(state, "t1", config)
     assert state.stats.train_seconds == pytest.approx(3.0)
     # A restored trial's time from before this launch is not counted.
-    state.restored_trials.add("old")
-    state._count_training("old", 100.0)
-    state._count_training("old", 104.0)
+    state.trials.restored.add("old")
+    state.trials.reporting("old", 100.0, now=0.0)
+    state.trials.reporting("old", 104.0, now=0.0)
     assert state.stats.train_seconds == pytest.approx(7.0)
 
 
@@ -277,7 +261,7 @@ def test_stack_size_and_training_time_accounting(tmp_path):
 
 def finished_sweep(tmp_path):
     state = make_state(tmp_path)
-    state.load({})
+    state.load([])
     drive(state)
     state.flush(force=True)
     sweep = state.plan.sweep_dir
@@ -306,33 +290,33 @@ def test_status_repair_rebuilds_the_store_from_the_ledger(tmp_path, capsys):
     assert [{k: r[k] for k in keys} for r in after["cells"]] == [{k: r[k] for k in keys} for r in before["cells"]]
     assert list(sweep.glob("store.damaged-*")), "the damaged store is kept aside, not deleted"
     # Every ledger point has exactly one row in the rebuilt store.
-    ledger_points = sum(len(v) for v in Ledger(f"sqlite:///{sweep / 'ledger.db'}").load().values())
+    ledger_points = len(OptunaLedger(f"sqlite:///{sweep / 'ledger.db'}").load())
     assert load_points(sweep).height == ledger_points
 
 
 def test_failed_points_are_retried_only_when_asked(tmp_path):
     state = make_state(tmp_path, methods=["pre"])
-    state.load({})
-    config = state.next_stack("t1")
+    state.load([])
+    config = next_config(state, "t1")
     pids = config["spec"]["point_ids"]
     state.on_trial_start("t1", pids)
-    state.on_trial_end("t1", pids, None, "OSError: disk full")
+    end(state, "t1", pids, None, "OSError: disk full")
     state.flush(force=True)
 
     kept = make_state(tmp_path, methods=["pre"])
     assert kept.load(kept.ledger.load())["finished"] == 3
-    assert kept.next_stack("t2") == "FINISHED"
+    assert next_config(kept, "t2") is SWEEP_DONE
 
     retried = make_state(tmp_path, methods=["pre"])
     counts = retried.load(retried.ledger.load(), retry_failed=True)
     assert counts["retried"] == 3
-    config = retried.next_stack("t3")
+    config = next_config(retried, "t3")
     assert sorted(config["spec"]["point_ids"]) == sorted(pids)
-    assert {retried.points["pre/L2/s0"][p].attempt for p in pids} == {2}
+    assert {retried.book.points["pre/L2/s0"][p].attempt for p in pids} == {2}
 
 
 def test_the_driver_explores_what_decide_alone_explores_with_the_new_lr_options(tmp_path):
-    """The state machine (stacks, ledger, store) and `decide` run on its own agree LR for LR, with
+    """The driver (cell book, stacks, ledger, store) and `decide` run on its own agree LR for LR, with
     the options of the shipped sweeps (refine: vertex, vertex_first, failed_neighbour: half_step)."""
     from sweeper.search.bracketing import GridPoint, decide
 
@@ -344,7 +328,7 @@ def test_the_driver_explores_what_decide_alone_explores_with_the_new_lr_options(
                   "failed_neighbour": "half_step", "max_points": 10}
     state = make_state(tmp_path, methods=["pre"], model={"width": 32, "heads": 2, "depths": [2, 3, 5],
                                                           "seq_len": 32}, lr=lr_section, stack=8)
-    state.load({})
+    state.load([])
     configs = drive(state, loss=loss, diverge_above=0.02)
     for cid, cell in state.cells.items():
         driven = sorted(lr for c in configs if c["cell_id"] == cid for lr in c["spec"]["lrs"])
@@ -353,5 +337,5 @@ def test_the_driver_explores_what_decide_alone_explores_with_the_new_lr_options(
             points += [GridPoint(lr, "diverged") if lr > 0.02 else GridPoint(lr, "ok", loss(cell.depth, lr))
                        for lr in d.next_lrs]
         assert driven == sorted(p.lr for p in points)
-        assert state.decisions[cid].status == d.status == "bracketed"
+        assert state.book.decisions[cid].status == d.status == "bracketed"
         assert 3 <= len(driven) < cell.policy.max_points

@@ -1,6 +1,6 @@
 """Sweeps train stacks: a cell's queued learning rates go into one trial up to the YAML's `stack`
 (`auto`: as many as fit in memory), and each trial asks Ray for the YAML's resources (GPU fractions
-included). Driven through the real state machine, ledger and store, without Ray."""
+included). Driven through the real cell book, ledger and store, without Ray."""
 
 from __future__ import annotations
 
@@ -9,14 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.records.ledger import Ledger, storage_url
-from sweeper.search.planner import auto_stack, build_plan
-from sweeper.spec.schema import validate_data
-from sweeper.run.state import SweepState
-from sweeper.records.store import StoreWriter
+from sweeper.run.sweep_run import SWEEP_DONE, SweepRun
+from sweeper.search.planner import auto_stack
+from tests.run.driving import end, make_sweep, next_config, report
 
 
-def make_state(tmp_path: Path, **overrides: object) -> SweepState:
+def make_state(tmp_path: Path, **overrides: object) -> SweepRun:
     raw: dict = {
         "name": "stacks",
         "methods": ["pre", "layerrope"],
@@ -26,17 +24,14 @@ def make_state(tmp_path: Path, **overrides: object) -> SweepState:
         "stack": 3,
     }
     raw.update(overrides)
-    plan = build_plan(validate_data(raw), output=str(tmp_path / "sweep"))
-    plan.sweep_dir.mkdir(parents=True, exist_ok=True)
-    state = SweepState(plan, Ledger(storage_url("sqlite", plan.sweep_dir)), StoreWriter(plan.sweep_dir),
-                       concurrency=100, host_memory=16 * 2**30)
-    state.load({})
+    state = make_sweep(tmp_path, raw, concurrency=100, host_memory=16 * 2**30)
+    state.load([])
     return state
 
 
-def all_trials(state: SweepState) -> list[dict]:
+def all_trials(state: SweepRun) -> list[dict]:
     configs = []
-    while (config := state.next_stack(f"t{len(configs)}")) not in (None, "FINISHED"):
+    while (config := next_config(state, f"t{len(configs)}")) is not None and config is not SWEEP_DONE:
         configs.append(config)
     return configs
 
@@ -87,7 +82,7 @@ def test_trials_ask_for_the_yamls_resources_gpu_fractions_included(tmp_path: Pat
     by_depth = {c["spec"]["model"]["depth"]: c["resources"] for c in configs}
     assert by_depth == {2: {"CPU": 1.0, "GPU": 0.125}, 4: {"CPU": 2.0, "GPU": 0.25}}
     pytest.importorskip("ray")
-    from sweeper.run.tune_adapters import trial_resources
+    from sweeper.run.tune_session import trial_resources
 
     bundles = trial_resources(configs[0]).bundles
     assert bundles == [configs[0]["resources"]]
@@ -101,13 +96,13 @@ def test_slot_time_accounting(tmp_path: Path) -> None:
     state = make_state(tmp_path)
     now = {"t": 100.0}
     state.clock = lambda: now["t"]
-    config = state.next_stack("t1")
+    config = next_config(state, "t1")
     pids = config["spec"]["point_ids"]
     state.on_trial_start("t1", pids)
     now["t"] = 104.0
-    state.on_result("t1", pids, {"step": 10, "tokens": 10, "train_seconds": 3.0, "done": False, "members": []})
+    report(state, "t1", pids, {"step": 10, "tokens": 10, "train_seconds": 3.0, "done": False, "members": []})
     now["t"] = 110.0
-    state.on_trial_end("t1", pids, {"step": 30, "train_seconds": 8.0, "done": False, "members": []}, "boom")
+    end(state, "t1", pids, {"step": 30, "train_seconds": 8.0, "done": False, "members": []}, "boom")
     assert state.stats.train_seconds == pytest.approx(3.0)  # an ended trial's last report counts; errors add nothing
     assert state.stats.alive_seconds == pytest.approx(10.0)
     summary = LaunchSummary(sweep_dir="x", wall_seconds=20.0, ray_start_seconds=5.0, train_seconds=30.0, slots=2,

@@ -1,0 +1,70 @@
+"""The states of a point and of a cell, with what they mean (the one list of their names).
+
+A *point* is one learning rate of a cell. It is `queued` (waiting for, or assigned to, a Tune
+trial that has not started it), `running`, or finished: `ok` (a final evaluation), `diverged`
+(the divergence rules stopped it: it counts as worse than any finite result) or `failed` (a
+crash: it carries no information about the loss). `PointState` answers those questions, so
+a new state (a `stalled` point that counts like a diverged one, say) is one member here plus
+the rules that treat it differently.
+
+A *cell*'s status is what bracketing decided (`sweeper.search.bracketing.decide`), or
+`pending`/`running` before that.
+
+No imports beyond the standard library: every package of the sweeper reads these.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class PointState(str, Enum):
+    """A point's state; compares and hashes equal to its name (`PointState.OK == "ok"`)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    OK = "ok"
+    DIVERGED = "diverged"
+    FAILED = "failed"
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+    @property
+    def is_active(self) -> bool:
+        """Queued or running: a Tune trial holds it, or will."""
+        return self in (PointState.QUEUED, PointState.RUNNING)
+
+    @property
+    def is_finished(self) -> bool:
+        """Never assigned again (unless `--retry-failed` asks for a failed one)."""
+        return not self.is_active
+
+    @property
+    def counts_as_diverged(self) -> bool:
+        """Finished worse than any finite result: a neighbour that brackets an optimum."""
+        return self is PointState.DIVERGED
+
+
+class CellStatus(str, Enum):
+    """A cell's status in the store, the tables and the dashboards."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    BRACKETED = "bracketed"  # the best ok point has a finished neighbour on each side
+    EDGE = "edge"  # a bound or the point cap stopped the search before bracketing
+    DIVERGED = "diverged"  # every informative point diverged, down to a bound or the cap
+    FAILED = "failed"  # every point crashed
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+    @property
+    def is_done(self) -> bool:
+        return self not in (CellStatus.PENDING, CellStatus.RUNNING)
+
+
+ACTIVE_STATES: tuple[PointState, ...] = tuple(s for s in PointState if s.is_active)
+FINISHED_STATES: tuple[PointState, ...] = tuple(s for s in PointState if s.is_finished)
+POINT_STATES: tuple[str, ...] = tuple(s.value for s in PointState)
+CELL_STATUSES: tuple[str, ...] = tuple(s.value for s in CellStatus)

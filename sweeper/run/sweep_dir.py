@@ -1,0 +1,189 @@
+"""The sweep directory as a launch finds and leaves it: the checks before anything is written,
+the manifest, the copies of the YAML, the lock, and the store opened (or rebuilt) for writing.
+
+Layout: see `sweeper.records.store`. Checks first (`check_output_dir`, `check_corpus`): a
+relaunch may add methods, sizes and seeds, never change the settings of a cell that has
+results (per-cell fingerprints in the manifest), nor the corpus, nor the ledger. Then
+`prepare` writes the manifest and the YAML copy, and `open_store` opens the store, rebuilt
+from the ledger when it is damaged or written by store version 1 for a loop-count sweep.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+import polars as pl
+
+from sweeper.errors import UserError
+from sweeper.records.durable import write_json_atomic, write_text_atomic
+from sweeper.records.ledger import Ledger, LedgerEntry, storage_url
+from sweeper.records.repair import rebuild_store
+from sweeper.records.states import FINISHED_STATES
+from sweeper.records.store import MANIFEST, STORE_VERSION, StoreWriter, is_sweep_dir, load_cells, load_curves, read_manifest
+from sweeper.search.planner import Plan, compat_diff, fingerprint_of
+
+
+def check_output_dir(plan: Plan) -> dict[str, Any] | None:
+    """The existing manifest, after checking that this plan may continue it; None for a new sweep."""
+    path = plan.sweep_dir
+    if not path.exists():
+        return None
+    if not path.is_dir():
+        raise UserError(f"{path}: exists and is not a directory; choose another output (--output)")
+    if not is_sweep_dir(path):
+        if any(path.iterdir()):
+            raise UserError(f"{path}: exists, is not empty and is not a sweep directory; choose another output (--output)")
+        return None
+    manifest = read_manifest(path)
+    check_compatible(plan, manifest)
+    return manifest
+
+
+def check_compatible(plan: Plan, manifest: dict[str, Any]) -> None:
+    """Refuse a relaunch whose cells would mix incompatible results."""
+    problems: dict[str, list[str]] = {}
+    old_cells = manifest.get("cells") or {}
+    for cell in plan.cells:
+        old = old_cells.get(cell.cell_id)
+        if old and old.get("fingerprint") != cell.fingerprint:
+            diff = "; ".join(compat_diff(old.get("compat") or {}, cell.compat)[:4]) or "settings changed"
+            problems.setdefault(diff, []).append(cell.cell_id)
+    if problems:
+        details = []
+        for diff, cells in problems.items():
+            which = cells[0] if len(cells) == 1 else f"{len(cells)} cells ({cells[0]}, ...)"
+            details.append(f"{which}: {diff}")
+        raise UserError(
+            f"{plan.sweep_dir}: this YAML changes settings of cells that already have results, which would mix "
+            "incomparable results; restore the settings, or give a new output directory (--output)",
+            details=details,
+        )
+    url = manifest.get("ledger")
+    new_url = ledger_url(plan)
+    if url and plan.config.ledger != "sqlite" and url != new_url:
+        raise UserError(f"ledger: this sweep's ledger is {url}; the YAML names {new_url}")
+
+
+def check_corpus(plan: Plan, manifest: dict[str, Any] | None, corpus: str | None) -> None:
+    if corpus and manifest and manifest.get("corpus") and manifest["corpus"] != corpus:
+        raise UserError(
+            f"{plan.sweep_dir}: the corpus changed since this sweep started (fingerprint {manifest['corpus']} "
+            f"then, {corpus} now); results would not be comparable: restore the data or use a new output (--output)"
+        )
+
+
+def ledger_url(plan: Plan) -> str:
+    return storage_url(plan.config.ledger, plan.sweep_dir)
+
+
+def manifest_for(plan: Plan, old: dict[str, Any] | None, ledger: str) -> dict[str, Any]:
+    now = time.time()
+    manifest = dict(old or {})
+    manifest.update(store_version=STORE_VERSION, name=plan.config.name, updated=now, ledger=ledger)
+    manifest.setdefault("created", now)
+    manifest.setdefault("corpus", None)
+    cells = dict(manifest.get("cells") or {})
+    for cell in plan.cells:
+        cells[cell.cell_id] = {
+            **cell.facts.attrs(), "fingerprint": cell.fingerprint, "compat": cell.compat, "scheme": cell.scheme,
+            "x": cell.x, "steps": cell.steps_per_point, "tokens": cell.tokens_per_point,
+        }
+    manifest["cells"] = cells
+    shared = {k: plan.cells[0].compat[k] for k in ("data", "divergence")} if plan.cells else {}
+    manifest["compat_key"] = fingerprint_of(shared)
+    manifest["x"] = plan.axis  # depth, loops or params: what the fits and dashboards put on the x axis
+    return manifest
+
+
+def prepare(plan: Plan, old: dict[str, Any] | None, corpus: str | None) -> tuple[dict[str, Any], str | None]:
+    """Write the manifest and keep the YAML as launched; returns (manifest, the YAML copy's name)."""
+    manifest = manifest_for(plan, old, ledger_url(plan))
+    if corpus and not manifest.get("corpus"):
+        manifest["corpus"] = corpus
+    yaml_name = save_yaml_copy(plan.sweep_dir, plan.source)
+    write_json_atomic(plan.sweep_dir / MANIFEST, manifest)
+    return manifest, yaml_name
+
+
+def save_yaml_copy(sweep_dir: Path, source: Path | None) -> str | None:
+    """Keep the YAML as launched: sweep.yaml, then sweep.N.yaml whenever it changes."""
+    if source is None:
+        return None
+    text = source.read_text()
+    copies = sorted(sweep_dir.glob("sweep*.yaml"), key=lambda p: _copy_index(p.name))
+    if copies and copies[-1].read_text() == text:
+        return copies[-1].name
+    name = "sweep.yaml" if not copies else f"sweep.{_copy_index(copies[-1].name) + 1}.yaml"
+    write_text_atomic(sweep_dir / name, text)
+    return name
+
+
+def _copy_index(name: str) -> int:
+    parts = name.split(".")
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else 1
+
+
+def open_store(plan: Plan, ledger: Ledger, old_manifest: dict[str, Any] | None, messages: list[str]) -> StoreWriter:
+    """The store writer; a damaged store is set aside and rebuilt from the ledger, and so is a
+    loop-count sweep's store of version 1 (its `depth` column held the loop count)."""
+    sweep_dir = plan.sweep_dir
+    facts = {cell.cell_id: cell.facts for cell in plan.cells}
+    old_version = int((old_manifest or {}).get("store_version") or STORE_VERSION)
+    if old_version < 2 and plan.axis == "loops" and (sweep_dir / "store").exists():
+        moved = rebuild_store(sweep_dir, ledger, facts=facts, loop_axis=True)
+        messages.append(f"store upgraded to version {STORE_VERSION} (rebuilt from the ledger; the old one is in {moved})")
+        return StoreWriter(sweep_dir)
+    try:
+        writer = StoreWriter(sweep_dir)  # reads every point chunk
+        load_curves(sweep_dir)  # and every curve chunk and the cells: a damaged one is found now, not by a reader
+        load_cells(sweep_dir)
+        return writer
+    except UserError as exc:
+        moved = rebuild_store(sweep_dir, ledger, facts=facts)
+        messages.append(f"store was damaged ({exc.message.split(';')[0]}); rebuilt from the ledger, old copy in {moved}")
+        return StoreWriter(sweep_dir)
+
+
+def check_ledger_has_the_store(url: str, entries: list[LedgerEntry], store_points: pl.DataFrame) -> None:
+    """Refuse to resume when the store holds finished points that the ledger does not: the ledger
+    (the record, always written first) was replaced or damaged, and resuming would train those
+    points again and overwrite their rows."""
+    if not store_points.height:
+        return
+    known = {e.row.point_id: e.row for e in entries}
+    finished = store_points.filter(pl.col("state").is_in([s.value for s in FINISHED_STATES]))
+    missing = []
+    for pid, state, attempt in finished.select("point_id", "state", "attempt").iter_rows():
+        record = known.get(pid)
+        # The ledger may be ahead of the store (a retry or re-run opened since: a higher attempt), never behind.
+        if record is None or (record.state != state and record.attempt <= (attempt or 0)):
+            missing.append(pid)
+    if missing:
+        raise UserError(
+            f"{url}: the ledger has no record of {len(missing)} finished point(s) that the store holds "
+            f"(e.g. {missing[0]}): it was replaced or damaged. Restore it from a backup, or launch into a new "
+            "--output; the store is left as it is (sweeper status/optima still read it)"
+        )
+
+
+def hold_driver_lock(sweep_dir: Path) -> TextIO:
+    """One driver per sweep directory: an exclusive lock, released by the kernel even on SIGKILL."""
+    path = sweep_dir / "driver.lock"
+    handle = open(path, "a+")
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise UserError(f"{sweep_dir}: another `sweeper launch` is running this sweep ({holder}); "
+                        "watch it with `sweeper status` or stop it first") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()} on {os.uname().nodename}\n")
+    handle.flush()
+    return handle

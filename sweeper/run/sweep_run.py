@@ -1,0 +1,219 @@
+"""One launch's running sweep: the cell book, the Tune-trial bookkeeping and the recorder.
+
+The Tune adapters (`sweeper.run.tune_session`) call this object with decoded events; it asks
+the book what changed (`sweeper.run.book`, pure), keeps the trial bookkeeping
+(`sweeper.run.tune_trials`), and hands every change to the recorder (`sweeper.run.recorder`:
+ledger first, then the store). It also holds what the live display shows: the messages and
+the cell rows. It holds no Ray object, so tests drive it directly, event by event.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sweeper.records.ledger import Ledger, LedgerEntry
+from sweeper.records.rows import CellRow
+from sweeper.records.states import CellStatus
+from sweeper.records.storage_errors import describe, is_transient_text
+from sweeper.records.store import Store
+from sweeper.run.book import CellBook, Change, LedgerOp, LoadCounts
+from sweeper.run.recorder import Recorder
+from sweeper.run.tune_trials import TuneTrials
+from sweeper.search.planner import Cell, Plan, auto_stack
+from trials.spec import StepReport, TrialSpec
+
+
+class SweepDone:
+    """What `suggest` returns once every cell is done (the Tune adapter maps it to Searcher.FINISHED)."""
+
+    def __repr__(self) -> str:
+        return "SWEEP_DONE"
+
+
+SWEEP_DONE = SweepDone()
+
+
+@dataclass(frozen=True)
+class TrialConfig:
+    """What a new Tune trial trains: one cell's stack of points."""
+
+    cell: Cell
+    lrs: list[float]
+    point_ids: list[str]
+    export_dir: str | None = None
+
+    def to_tune(self) -> dict[str, Any]:
+        """The Ray Tune config: the trial spec plus what the sweeper's adapters read back."""
+        cell = self.cell
+        spec = TrialSpec(model=cell.model, train=cell.train, data=cell.data, divergence=cell.divergence,
+                         lrs=list(self.lrs), seed=cell.seed, point_ids=list(self.point_ids))
+        config: dict[str, Any] = {"spec": spec.to_dict(), "cell_id": cell.cell_id, "resources": dict(cell.resources)}
+        if self.export_dir is not None:
+            config["export_dir"] = self.export_dir
+        return config
+
+
+def point_ids_of(config: Mapping[str, Any] | None) -> list[str]:
+    """The point ids a Tune trial's config holds."""
+    spec = (config or {}).get("spec") or {}
+    return list(spec.get("point_ids") or [])
+
+
+class SweepRun:
+    def __init__(self, plan: Plan, ledger: Ledger, store: Store, *, concurrency: int = 1,
+                 host_memory: int | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.plan = plan
+        self.clock = clock
+        self.host_memory = host_memory
+        self.book = CellBook(plan.cells)
+        self.trials = TuneTrials(concurrency, started=clock())
+        self.recorder = Recorder(ledger, store, self.book.cells, clock=clock)
+        self.ledger = ledger
+        self.other_cells: dict[str, CellRow] = {}  # cells of earlier launches not in this plan
+        self.stopping = False
+        self.fault: str | None = None  # why the ledger or the store could not be written (the sweep stops)
+        self.messages: list[str] = []  # notable events for the live display
+
+    @property
+    def cells(self) -> dict[str, Cell]:
+        return self.book.cells
+
+    @property
+    def stats(self) -> Any:
+        return self.trials.stats
+
+    # -- loading --------------------------------------------------------------------------------
+    def load(self, entries: Iterable[LedgerEntry], claimed: Mapping[str, list[str]] | None = None, *,
+             retry_failed: bool = False, store_states: Mapping[str, str] | None = None) -> dict[str, int]:
+        """Take the ledger's points; re-queue active points no restored Tune trial holds.
+
+        `claimed`: Tune trial id -> point ids of the trials a Tune restore will resume.
+        `store_states`: the store's current state per point, to append rows where it lags.
+        Returns counts: finished, resumed, rerun, retried."""
+        claimed = claimed or {}
+        entries = list(entries)
+        planned = [e.with_facts(self.cells[e.row.cell.cell_id].facts) for e in entries
+                   if e.row.cell.cell_id in self.cells]
+        grids = {cid: attrs["initial_grid"] for cid, attrs in self.ledger.cells().items()
+                 if isinstance(attrs.get("initial_grid"), list)}
+        holders = {pid: tid for tid, pids in claimed.items() for pid in pids}
+        counts, changes = self.book.load([e.row for e in planned], holders=holders, retry_failed=retry_failed,
+                                         store_states=store_states, recorded_grids=grids)
+        self.recorder.adopt({e.row.point_id: e.entry for e in planned if e.entry is not None})
+        self.trials.restore(claimed)
+        self._record(changes)
+        return counts.as_dict()
+
+    # -- the Searcher's side --------------------------------------------------------------------
+    def stack_size(self, cell: Cell, queued: int) -> int:
+        setting = self.plan.config.stack
+        if setting == "auto":
+            return auto_stack(cell, queued, self.plan.config.max_stack, self.host_memory, self.trials.concurrency)
+        return max(1, min(int(setting), queued))
+
+    def suggest(self, tune_trial_id: str) -> TrialConfig | SweepDone | None:
+        """A new trial's stack of one cell's queued points, None to wait, or SWEEP_DONE."""
+        if self.stopping or not self.trials.gate_open():
+            return None
+        cid = self.book.next_cell()
+        if cid is None:
+            if self.all_done():
+                self.flush(force=True)
+                return SWEEP_DONE
+            return None
+        cell = self.cells[cid]
+        changes = self.book.assign(cid, self.stack_size(cell, len(self.book.queue[cid])), tune_trial_id)
+        pids = [c.row.point_id for c in changes]
+        self._record(changes)
+        self.trials.assigned(tune_trial_id, pids)
+        export = None
+        if self.plan.config.export_weights:
+            # exports/<cell>/<trial>/<member>/{model.safetensors,config.json}; config.json names the point_id
+            export = f"{self.plan.sweep_dir}/exports/{cid.replace('/', '_')}/{tune_trial_id}"
+        return TrialConfig(cell, [c.row.lr for c in changes], pids, export)
+
+    # -- the Callback's side --------------------------------------------------------------------
+    def on_trial_start(self, tune_trial_id: str, pids: list[str]) -> None:
+        now = self.clock()
+        self.trials.started(tune_trial_id, pids, now)
+        self._record(self.book.start(tune_trial_id, pids, now))
+
+    def on_report(self, tune_trial_id: str, pids: list[str], report: StepReport) -> None:
+        now = self.clock()
+        self.trials.reporting(tune_trial_id, report.train_seconds, now)
+        self._record(self.book.report(tune_trial_id, pids, report, now))
+        self.flush()
+
+    def on_trial_end(self, tune_trial_id: str, pids: list[str], last: StepReport | None, error: str | None) -> None:
+        """A trial ended (normally, stopped, or with an error after Tune's retries)."""
+        now = self.clock()
+        self.trials.stats.touch(tune_trial_id, now)
+        if last is not None and last.done and not error:
+            self.on_report(tune_trial_id, pids, last)
+        unrestorable = self.trials.unrestorable(tune_trial_id, error)
+        if is_transient_text(error):  # a full disk killed the trial (its checkpoint): stop, resume later
+            self.record_fault(OSError(28, "No space left on device", "a trial's checkpoint"))
+        changes = self.book.trial_gone(tune_trial_id, pids, error=error if not self.fault else None,
+                                       unrestorable=unrestorable, stopping=self.stopping, now=now)
+        self._record(changes)
+        self.trials.ended(tune_trial_id, now)
+        self.flush(force=True)
+
+    def forget_restored_trials(self, why: str) -> int:
+        """Tune could not restore its last run: the points its trials held train again from the
+        start, in a new Tune run. Returns how many points were re-queued."""
+        held = [row for tid, pids in self.trials.forget_restored().items() for row in self.book.held(tid, pids)]
+        self._record(self.book.requeue(held, f"re-run: {why}"))
+        self.flush(force=True)
+        return len(held)
+
+    def should_stop(self, tune_trial_id: str, pids: list[str]) -> bool:
+        """Stop a trial none of whose points is still its to train (a restored trial of finished points)."""
+        return bool(pids) and not self.book.held(tune_trial_id, pids)
+
+    def record_fault(self, exc: BaseException) -> bool:
+        """The ledger or the store failed (disk full, ledger locked...): stop like Ctrl-C, so that
+        in-flight points stay active and resume on the next launch. True the first time."""
+        first = self.fault is None
+        if first:
+            self.fault = describe(exc, self.ledger.url)
+            self.messages.append(f"stopping: {self.fault}")
+        self.stopping = True
+        return first
+
+    # -- records and views ----------------------------------------------------------------------
+    def _record(self, changes: list[Change]) -> None:
+        self.trials.stats.points_finished += sum(c.ledger is LedgerOp.FINISH for c in changes)
+        try:
+            self.recorder.record(changes)
+        finally:
+            self.messages.extend(self.book.notes)
+            self.book.notes.clear()
+
+    def flush(self, force: bool = False) -> None:
+        if self.book.decisions_changed:
+            self.recorder.cells_dirty = True
+            self.book.decisions_changed = False
+        self.recorder.flush(self.cell_rows, force=force)
+
+    def cell_rows(self) -> list[CellRow]:
+        now = self.clock()
+        rows = self.book.cell_rows(now)
+        return rows + [row for cid, row in self.other_cells.items() if cid not in self.cells]
+
+    def status(self, cid: str) -> CellStatus:
+        return self.book.status(cid)
+
+    def all_done(self) -> bool:
+        return self.book.all_done()
+
+    @property
+    def expected_corpus(self) -> str | None:
+        return self.book.expected_corpus
+
+    @expected_corpus.setter
+    def expected_corpus(self, value: str | None) -> None:
+        self.book.expected_corpus = value

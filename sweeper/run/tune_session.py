@@ -1,0 +1,487 @@
+"""The Ray Tune session of a launch: Ray started or joined, the last Tune run restored or a new
+one begun, and the adapters through which Tune drives the sweep.
+
+Tune talks to the sweep through three thin adapters over one `SweepRun`, each decoding Tune's
+dicts into typed events once, here:
+- `SweepSearcher` (a `Searcher`): `suggest` returns the next trial's config, None to wait, or
+  `Searcher.FINISHED` once every cell is done (this module is the only one that knows that
+  constant). Results do not come back through `on_trial_complete`: the Callback sees every
+  report, the trial's config and its error text, so it records them all.
+- `SweepCallback` (a `Callback`): every trial start, report, end and error goes to the sweep
+  (and from there to the recorder, the only writer of ledger and store), then the live display.
+- `SweepStopper` (a `Stopper`): ends trials whose points are all finished already (a restored
+  trial replaying finished work).
+
+Tune pickles these objects into its experiment state and unpickles them on restore, so they
+hold no state of their own: they reach the sweep through `active()`, set by `TuneSession.run`.
+The searcher's own checkpoint is a stub: the ledger is the only persistent state of a sweep,
+and a relaunch rebuilds the queue from it. One sweep runs per driver process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import os
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.fs
+import ray
+from ray import cloudpickle, tune
+from ray.tune import Callback, ExperimentAnalysis, PlacementGroupFactory, Tuner
+from ray.tune.search import Searcher
+from ray.tune.stopper import Stopper
+
+from sweeper.errors import UserError
+from sweeper.records.storage_errors import is_storage_error
+from sweeper.run.sweep_run import SWEEP_DONE, SweepRun, point_ids_of
+from sweeper.search.planner import Plan
+from trials.spec import StepReport
+
+ENV_DEFAULTS = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",  # our store replaces Tune's CSV/JSON/TensorBoard loggers
+    "TUNE_GLOBAL_CHECKPOINT_S": "2",  # experiment snapshots: how stale a restore can be
+    "RAY_CHDIR_TO_TRIAL_DIR": "0",
+    "RAY_AIR_NEW_OUTPUT": "0",
+    "TUNE_DISABLE_STRICT_METRIC_CHECKING": "1",
+    "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "1000000",
+}
+PRELOAD_HOOK = "trials.ray_entry.preload"  # workers import torch and the trainer as they start, beside Tune's set-up
+TRAINABLE = "trials.ray_entry.trainable"
+
+# ----------------------------------------------------------------------------------------------
+# The adapters
+
+_ACTIVE: SweepRun | None = None
+_HOOKS: list[Callable[[SweepRun], None]] = []  # called after every Tune loop step (the live display)
+
+
+def activate(sweep: SweepRun | None, hooks: list[Callable[[SweepRun], None]] | None = None) -> None:
+    global _ACTIVE
+    _ACTIVE = sweep
+    _HOOKS[:] = list(hooks or [])
+
+
+def active() -> SweepRun:
+    if _ACTIVE is None:
+        raise RuntimeError("no sweep is active in this process (sweeper.run.tune_session.activate was not called)")
+    return _ACTIVE
+
+
+def _stop_on_storage_fault(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a Tune hook; a storage fault (disk full, ledger locked) stops the sweep the way Ctrl-C
+    does — Tune saves the experiment, in-flight trials stay resumable — instead of crashing the
+    driver with a traceback. Any other exception propagates."""
+
+    @functools.wraps(method)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except Exception as exc:
+            if _ACTIVE is None or not is_storage_error(exc):
+                raise
+            if _ACTIVE.record_fault(exc):
+                os.kill(os.getpid(), signal.SIGINT)  # Tune's own graceful stop (the driver maps SIGTERM the same way)
+            return None
+
+    return guarded
+
+
+def _report(result: dict[str, Any] | None) -> StepReport | None:
+    return StepReport.from_metrics(result) if result else None
+
+
+class SweepSearcher(Searcher):
+    """Suggests stacks of one cell's learning rates until every cell is done."""
+
+    def __init__(self) -> None:
+        super().__init__(metric=None, mode=None)
+
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
+        return True
+
+    @_stop_on_storage_fault
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        suggestion = active().suggest(trial_id)
+        if suggestion is SWEEP_DONE:
+            return Searcher.FINISHED
+        return suggestion.to_tune() if suggestion is not None else None  # type: ignore[union-attr]
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        """Outcomes are recorded by `SweepCallback` (it sees the trial's config and error text)."""
+
+    def save(self, checkpoint_path: str) -> None:
+        # The ledger is the sweep's only persistent state; the driver rebuilds the queue from it.
+        Path(checkpoint_path).write_text(json.dumps({"searcher": "layerrope-sweeper", "version": 1}))
+
+    def restore(self, checkpoint_path: str) -> None:
+        return None
+
+
+class SweepStopper(Stopper):
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        return active().should_stop(trial_id, point_ids_of(result.get("config")))
+
+    def stop_all(self) -> bool:
+        return False
+
+
+def _error_text(trial: Any) -> str:
+    """The last line of the trial's traceback (the exception), for the point's `reason`."""
+    path = getattr(trial, "error_file", None)
+    text = ""
+    if path and os.path.exists(path):
+        try:
+            lines = [ln.strip() for ln in Path(path).read_text(errors="replace").splitlines() if ln.strip()]
+            text = lines[-1] if lines else ""
+        except OSError:
+            text = ""
+    return (text or "the trial raised an error (see Ray's logs)")[:500]
+
+
+class SweepCallback(Callback):
+    """Every Tune trial event, decoded, to the sweep (whose recorder writes it)."""
+
+    @_stop_on_storage_fault
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        active().on_trial_start(trial.trial_id, point_ids_of(trial.config))
+
+    @_stop_on_storage_fault
+    def on_trial_restore(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        active().on_trial_start(trial.trial_id, point_ids_of(trial.config))
+
+    @_stop_on_storage_fault
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        active().on_report(trial.trial_id, point_ids_of(trial.config), StepReport.from_metrics(result))
+
+    @_stop_on_storage_fault
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        sweep = active()
+        pids = point_ids_of(trial.config)
+        sweep.on_trial_end(trial.trial_id, pids, _report(trial.last_result), None)
+        if not sweep.should_stop(trial.trial_id, pids) or sweep.stopping:
+            return
+        # Every point of the trial is finished: its checkpoints (model and optimizer state of the
+        # whole stack) can only waste disk from now on.
+        remove_checkpoints(trial)
+
+    @_stop_on_storage_fault
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        sweep = active()
+        before = sweep.fault
+        sweep.on_trial_end(trial.trial_id, point_ids_of(trial.config), _report(trial.last_result), _error_text(trial))
+        if before is None and sweep.fault is not None:  # the trial died of a full disk: stop like Ctrl-C
+            os.kill(os.getpid(), signal.SIGINT)
+
+    @_stop_on_storage_fault
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        sweep = active()
+        sweep.flush()
+        for hook in _HOOKS:
+            hook(sweep)
+
+    @_stop_on_storage_fault
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        active().flush(force=True)
+
+
+def remove_checkpoints(trial: Any) -> None:
+    """Delete a finished trial's checkpoints when they live on a local filesystem."""
+    try:
+        local = isinstance(trial.storage.storage_filesystem, pyarrow.fs.LocalFileSystem)
+        trial_dir = trial.path
+    except Exception:
+        return
+    if not local or not trial_dir or not os.path.isdir(trial_dir):
+        return  # remote storage (a URI) keeps them; its lifecycle rules can expire them
+    for name in os.listdir(trial_dir):
+        if name.startswith("checkpoint_"):
+            shutil.rmtree(os.path.join(trial_dir, name), ignore_errors=True)
+
+
+def trial_resources(config: dict[str, Any]) -> Any:
+    """Ray resources of one trial, from its config (they may depend on depth or size)."""
+    return PlacementGroupFactory([dict(config.get("resources") or {"CPU": 1.0})])
+
+
+def trial_dirname(trial: Any) -> str:
+    return f"trial_{trial.trial_id}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Ray
+
+
+def ensure_ray(address: str | None, plan: Plan) -> bool:
+    """Start or join Ray; returns True when this call started it (and must shut it down)."""
+    if ray.is_initialized():
+        return False
+    kwargs: dict[str, Any] = {"log_to_driver": False, "configure_logging": True, "logging_level": "ERROR",
+                              "runtime_env": {"env_vars": worker_env(), "worker_process_setup_hook": PRELOAD_HOOK}}
+    if address:
+        _token_auth_if_available()
+        try:
+            ray.init(address=address, **kwargs)
+        except Exception as exc:
+            raise UserError(
+                f"ray address {address!r}: cannot connect ({type(exc).__name__}: {str(exc).splitlines()[0]}); "
+                "is the cluster up (`ray status`), and is its auth token available here?"
+            ) from None
+    else:
+        local = plan.config.ray
+        ray.init(num_cpus=local.num_cpus, num_gpus=local.num_gpus, include_dashboard=False, **kwargs)
+    return True
+
+
+def worker_env() -> dict[str, str]:
+    """Environment of the trial processes. OpenMP's default spin-wait makes torch's intra-op threads
+    10-25x slower when trials share cores (they busy-wait for each other's time slices); passive
+    waiting costs nothing when a core is free. It must be set before torch loads, hence here."""
+    return {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
+
+
+def _token_auth_if_available() -> None:
+    """Ray ≥ 2.59 clusters started with `ray start --head` require token authentication from
+    every joining process; a driver opts in with RAY_AUTH_MODE=token. Opt in when a token is at
+    hand (a token-mode driver also joins clusters without authentication)."""
+    if os.environ.get("RAY_AUTH_MODE"):
+        return
+    token_file = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
+    if os.environ.get("RAY_AUTH_TOKEN") or os.path.isfile(token_file):
+        os.environ["RAY_AUTH_MODE"] = "token"
+
+
+def resolve_concurrency(plan: Plan) -> int:
+    """`concurrency: auto` = as many trials as the cluster's resources hold at once."""
+    setting = plan.config.concurrency
+    if setting != "auto":
+        return int(setting)
+    total = ray.cluster_resources()
+    fits = []
+    for cell in plan.cells:
+        per = [total.get(k, 0.0) / v for k, v in cell.resources.items() if v > 0]
+        fits.append(int(min(per)) if per else 1)
+    slots = max(1, min(fits) if fits else 1)
+    if not any(total.get(k, 0.0) >= v for cell in plan.cells for k, v in cell.resources.items() if v > 0):
+        needed = plan.cells[0].resources if plan.cells else {}
+        raise UserError(f"resources: a trial asks for {needed} but the Ray cluster has {dict(total)}")
+    return slots
+
+
+# ----------------------------------------------------------------------------------------------
+# Tune runs: where they live, whether the last one can be restored
+
+
+def experiment_location(plan: Plan, manifest: dict[str, Any]) -> tuple[str, str | None, str]:
+    """(storage path, Tune run to restore or None, name of a new Tune run)."""
+    storage = plan.config.ray.storage
+    storage_path = f"{storage.rstrip('/')}/{plan.config.name}" if storage else str(plan.sweep_dir / "ray")
+    tune_info = manifest.get("tune") or {}
+    last = tune_info.get("experiment") if tune_info.get("storage") == storage_path else None
+    index = int(tune_info.get("index", 0)) if last else 0
+    return storage_path, last, f"run-{index + 1}"
+
+
+# Files Tune reads back on a restore. Tune writes them in a staging folder and copies them to the
+# storage path; a kill during that copy leaves a short file, and a restore over it fails every time.
+# (Our searcher's own searcher-state-*.pkl is not among them: SweepSearcher.restore ignores it.)
+TUNE_RESTORE_FILES = {"tuner.pkl": "pickle", "experiment_state-*.json": "json", "search_gen_state-*.json": "pickle"}
+
+
+def damaged_tune_file(experiment_path: str) -> str | None:
+    """The first file a Tune restore would read (the newest of each kind) that does not load; None if all do."""
+    if "://" in experiment_path:  # remote storage: Tune checks it when it restores
+        return None
+    folder = Path(experiment_path)
+    for pattern, kind in TUNE_RESTORE_FILES.items():
+        found = sorted(folder.glob(pattern))
+        if not found:
+            continue
+        newest = found[-1]  # Tune takes the greatest name: the names carry the session's timestamp
+        try:
+            with open(newest, "rb") as fh:
+                json.load(fh) if kind == "json" else cloudpickle.load(fh)
+        except Exception:
+            return newest.name
+    return None
+
+
+def unfinished_trials(experiment_path: str, messages: list[str]) -> dict[str, list[str]] | None:
+    """Tune trials a restore would resume (trial id -> point ids), or None when not restorable.
+    A run state damaged by a kill is not restored: its in-flight points re-run from the start."""
+    try:
+        if not Tuner.can_restore(experiment_path):
+            return None
+        damaged = damaged_tune_file(experiment_path)
+        if damaged is not None:
+            messages.append(f"Ray Tune's run state was cut short by the last stop ({damaged} does not load); "
+                            "a new Tune run starts and the points that were in flight train again from the start")
+            return None
+        analysis = ExperimentAnalysis(experiment_path)
+    except Exception:
+        return None
+    return {t.trial_id: point_ids_of(t.config) for t in analysis.trials if t.status not in ("TERMINATED", "ERROR")}
+
+
+class TuneRestoreFailed(BaseException):
+    """Ray Tune logged that it could not restore its run state (it would then go on with an empty run).
+    A BaseException, so that it passes through Tune's `except Exception` around the restore."""
+
+
+@contextlib.contextmanager
+def failed_restore_raises() -> Iterator[None]:
+    """Turn Tune's "Failed to restore the run state." log record into TuneRestoreFailed."""
+
+    class Watch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("Failed to restore the run state"):
+                cause = record.exc_info[1] if record.exc_info else None
+                raise TuneRestoreFailed(f"{type(cause).__name__}: {cause}" if cause else "no reason given")
+
+    logger = logging.getLogger("ray.tune.execution.tune_controller")
+    watch = Watch(level=logging.ERROR)
+    logger.addHandler(watch)
+    try:
+        yield
+    finally:
+        logger.removeHandler(watch)
+
+
+def fit_tuner(tuner: Any, sweep: SweepRun) -> None:
+    try:
+        tuner.fit()
+    except Exception as exc:
+        # Tune's own bookkeeping after its loop (the result grid reads every trial's error file)
+        # fails on files written while a disk was full. The sweeper does not use it: after a
+        # storage fault the fault is what to report, after a finished sweep it is noise.
+        if sweep.fault is None and not sweep.all_done():
+            raise
+        sweep.messages.append(f"Ray Tune's result summary failed ({type(exc).__name__}); "
+                              "ignored: every result is in the ledger and the store")
+
+
+# ----------------------------------------------------------------------------------------------
+# The session
+
+
+@dataclass
+class TuneSession:
+    """Ray started or joined for one launch, and the Tune run it continues or starts."""
+
+    plan: Plan
+    started_ray: bool
+    ray_seconds: float
+    concurrency: int
+    storage_path: str
+    experiment: str  # the Tune run of this launch
+    new_name: str  # the name a new Tune run takes
+    claimed: dict[str, list[str]]  # restored Tune trial -> its point ids ({} for a new run)
+
+    @property
+    def restored(self) -> bool:
+        return bool(self.claimed)
+
+    @classmethod
+    def open(cls, plan: Plan, manifest: dict[str, Any], address: str | None, messages: list[str]) -> TuneSession:
+        """Start or join Ray; find the last Tune run and whether it holds trials to resume."""
+        started = time.time()
+        started_ray = ensure_ray(address or plan.config.ray.address, plan)
+        ray_seconds = time.time() - started
+        concurrency = resolve_concurrency(plan)
+        storage_path, last, new_name = experiment_location(plan, manifest)
+        claimed = (unfinished_trials(f"{storage_path}/{last}", messages) if last else None) or {}
+        return cls(plan, started_ray, ray_seconds, concurrency, storage_path, last if claimed else new_name,
+                   new_name, claimed)
+
+    def tune_info(self) -> dict[str, Any]:
+        """The manifest's record of a new Tune run."""
+        return {"storage": self.storage_path, "experiment": self.new_name, "index": int(self.new_name.split("-")[1])}
+
+    def _new_tuner(self, trainable: Any) -> Any:
+        return tune.Tuner(
+            trainable,
+            tune_config=tune.TuneConfig(search_alg=SweepSearcher(), num_samples=-1,
+                                        max_concurrent_trials=self.concurrency, reuse_actors=True,
+                                        trial_dirname_creator=trial_dirname),
+            run_config=tune.RunConfig(
+                name=self.new_name, storage_path=self.storage_path, callbacks=[SweepCallback()], stop=SweepStopper(),
+                verbose=0, failure_config=tune.FailureConfig(max_failures=self.plan.config.retries),
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=1), log_to_file=False,
+            ),
+        )
+
+    def run(self, sweep: SweepRun, hooks: list[Callable[[SweepRun], None]],
+            on_new_run: Callable[[int], None]) -> bool:
+        """Run Tune until every cell is done or the sweep stops; True when it stopped early.
+
+        When Tune cannot restore its last run (it would go on with an empty run and wait forever
+        for the trials it lost), their points are re-queued and a new Tune run starts;
+        `on_new_run(requeued points)` is called first (the manifest records the new run)."""
+        trainable = tune.with_resources(_trainable(), trial_resources)
+        restore_failure: str | None = None
+        tuner: Any = None
+        if self.restored:
+            try:
+                tuner = tune.Tuner.restore(f"{self.storage_path}/{self.experiment}", trainable=trainable,
+                                           resume_unfinished=True, resume_errored=False, restart_errored=False)
+            except Exception as exc:
+                restore_failure = f"{type(exc).__name__}: {exc}"
+        else:
+            tuner = self._new_tuner(trainable)
+        activate(sweep, hooks=hooks)
+        main_thread = threading.current_thread() is threading.main_thread()
+        previous_term = signal.getsignal(signal.SIGTERM)
+        if main_thread:
+            signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
+        try:
+            if not sweep.all_done():
+                if tuner is not None:
+                    try:
+                        with failed_restore_raises():
+                            fit_tuner(tuner, sweep)
+                    except TuneRestoreFailed as exc:
+                        restore_failure = str(exc)
+                if restore_failure is not None:
+                    requeued = sweep.forget_restored_trials("Ray Tune could not restore its last run")
+                    sweep.messages.append(f"Ray Tune could not restore {self.experiment} ({restore_failure[:300]}); "
+                                          f"a new Tune run ({self.new_name}) starts and the points that were in "
+                                          "flight train again from the start")
+                    self.experiment, self.claimed = self.new_name, {}
+                    on_new_run(requeued)
+                    fit_tuner(self._new_tuner(trainable), sweep)
+            interrupted = not sweep.all_done()
+            sweep.stopping = interrupted
+        except KeyboardInterrupt:
+            interrupted = True
+            sweep.stopping = True
+        finally:
+            try:
+                sweep.flush(force=True)
+            except Exception as exc:
+                if not is_storage_error(exc):
+                    raise
+                sweep.record_fault(exc)  # the rows stay unwritten; the ledger has them, the next launch adds them
+            activate(None)
+            if main_thread:
+                signal.signal(signal.SIGTERM, previous_term)
+        return interrupted
+
+    def close(self) -> None:
+        if self.started_ray:
+            ray.shutdown()
+
+
+def _trainable() -> Any:
+    from trials.ray_entry import trainable  # the trial code: loaded where the trials run, not by the driver's imports
+
+    return trainable
