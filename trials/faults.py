@@ -10,9 +10,9 @@ Switched on by one environment variable, off (and never read) otherwise::
 
     LAYERROPE_SWEEPER_FAULTS=/path/to/faults.json
 
-Every trial started by `run_trial` (so every Ray Tune trial of a sweep) reads the file when
-it starts; a Ray worker sees the variable if the process that started Ray had it. A missing
-file means no faults. The file holds a JSON list of faults::
+Every trial started by `trials.run.run_trial` (so every Ray Tune trial of a sweep) reads the
+file when it starts (`trials.run.make_trial`); a Ray worker sees the variable if the process
+that started Ray had it. A missing file means no faults. The file holds a JSON list of faults::
 
     [{"point": "pre/L1/s0/lr=0.03", "step": 15, "kind": "raise"},
      {"point": "pre/L1/s0/lr=0.01", "step": 12, "kind": "nan", "log": "/tmp/fired.jsonl"}]
@@ -111,12 +111,10 @@ def load_faults(path: str | os.PathLike[str] | None = None) -> list[Fault]:
     return [Fault.from_dict(item) for item in raw]
 
 
-def make_trial(spec: TrialSpec) -> Trial:
-    """A plain `Trial`, or a `FaultyTrial` when the fault file names one of its points."""
-    if not os.environ.get(ENV):
-        return Trial(spec)
+def faulty_trial(spec: TrialSpec) -> FaultyTrial | None:
+    """A `FaultyTrial` when the fault file names one of the spec's points, else None."""
     faults = [f for f in load_faults() if f.point in spec.point_ids]
-    return FaultyTrial(spec, faults) if faults else Trial(spec)
+    return FaultyTrial(spec, faults) if faults else None
 
 
 class FaultyTrial(Trial):

@@ -17,11 +17,21 @@ Bad input (a missing file, a too-small vocabulary, an optional extra not install
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
-from trials.faults import make_trial
+from trials import faults
 from trials.spec import PointResult, StepReport, TrialSpec
+from trials.train import Trial
+
+
+def make_trial(spec: TrialSpec) -> Trial:
+    """The `Trial` that trains `spec`: a plain one, unless LAYERROPE_SWEEPER_FAULTS names one of its
+    points (the reliability tests' injected faults, `trials.faults`)."""
+    if os.environ.get(faults.ENV):
+        return faults.faulty_trial(spec) or Trial(spec)
+    return Trial(spec)
 
 
 def run_trial(

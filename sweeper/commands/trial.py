@@ -246,11 +246,11 @@ def _train(args: argparse.Namespace, spec: Any, source: Any) -> int:
         def report(r: Any) -> None:
             parts = []
             for m in r.members:
-                label = f"{m['lr']:.3g}"
-                if m["state"] == "diverged":
-                    parts.append(f"{label}: [red]diverged@{m['diverged_step']}[/red]")
+                label = f"{m.lr:.3g}"
+                if m.state == "diverged":
+                    parts.append(f"{label}: [red]diverged@{m.diverged_step}[/red]")
                 else:
-                    parts.append(f"{label}: {_fmt_loss(m['train_loss'])}")
+                    parts.append(f"{label}: {_fmt_loss(m.train_loss)}")
             speed = f"{r.tokens / r.train_seconds:,.0f} tok/s" if r.train_seconds > 0 else ""
             progress.update(task, completed=r.step, losses=" ".join(parts), speed=speed)
 

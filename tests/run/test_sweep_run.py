@@ -294,6 +294,34 @@ def test_status_repair_rebuilds_the_store_from_the_ledger(tmp_path, capsys):
     assert load_points(sweep).height == ledger_points
 
 
+def test_status_repair_of_a_loop_count_sweep_finds_each_cells_lr_policy(tmp_path, capsys):
+    """Cells of a `model.loops` sweep (size labels T<loops>) get their LR policy from the YAML copy: without
+    it (an open policy refines bracketed cells) the rebuilt cells would read `running`, not `bracketed`."""
+    raw = {"name": "loops", "methods": ["pre"], "data": {"source": "synthetic"},
+           "model": {"family": "looped", "width": 32, "heads": 2, "loops": [1, 4], "seq_len": 16,
+                     "extra": {"prelude": 1, "core": 2, "coda": 1, "backprop_loops": 1}},
+           "train": {"steps": 30, "batch_size": 4}, "lr": {"center": 3e-3, "points": 3, "refine": False}, "stack": 3}
+    state = make_sweep(tmp_path, raw)
+    assert sorted(state.cells) == ["pre/T1/s0", "pre/T4/s0"]
+    state.load([])
+    drive(state)
+    state.flush(force=True)
+    sweep = state.plan.sweep_dir
+    (sweep / "sweep.yaml").write_text(json.dumps(raw))
+    write_json_atomic(sweep / MANIFEST, manifest_for(state.plan, None, state.ledger.url))
+    assert main(["optima", str(sweep), "--format", "json"]) == 0
+    before = json.loads(capsys.readouterr().out)["cells"]
+    assert {r["status"] for r in before} == {"bracketed"}
+    assert main(["status", str(sweep), "--repair"]) == 0
+    capsys.readouterr()
+    assert main(["optima", str(sweep), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cells"] == before
+    cells = load_cells(sweep)
+    assert set(cells["status"]) == {"bracketed"}
+    assert dict(zip(cells["size"], cells["loops"])) == {"T1": 1, "T4": 4} and set(cells["depth"]) == {4}
+    assert set(load_points(sweep)["loops"]) == {1, 4}
+
+
 def test_failed_points_are_retried_only_when_asked(tmp_path):
     state = make_state(tmp_path, methods=["pre"])
     state.load([])

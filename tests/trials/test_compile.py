@@ -33,7 +33,7 @@ def train_losses(trial: Trial) -> list[list[float | None]]:
     """Every step's training loss per member (report_every=1), then the final evaluation losses."""
     reports = []
     results = trial.run(report=reports.append)
-    return [[m["train_loss"] for m in r.members] for r in reports] + [[r.loss for r in results]]
+    return [[m.train_loss for m in r.members] for r in reports] + [[r.loss for r in results]]
 
 
 def graphs() -> int:

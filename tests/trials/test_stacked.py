@@ -115,9 +115,9 @@ def test_diverged_member_is_stopped_without_touching_the_others(drop: bool) -> N
         assert got.loss == pytest.approx(ref.loss, abs=1e-5)
     # Reports show the member diverged from its step on, never NaN losses.
     after = [r.members[1] for r in reports if r.step > bad.diverged_step]
-    assert after and all(m["state"] == "diverged" and m["eval_loss"] is None for m in after)
-    assert all(m["train_loss"] is None or math.isfinite(m["train_loss"]) for r in reports for m in r.members)
-    assert reports[-1].done and [m["state"] for m in reports[-1].members] == ["ok", "diverged", "ok"]
+    assert after and all(m.state == "diverged" and m.eval_loss is None for m in after)
+    assert all(m.train_loss is None or math.isfinite(m.train_loss) for r in reports for m in r.members)
+    assert reports[-1].done and [m.state for m in reports[-1].members] == ["ok", "diverged", "ok"]
 
 
 def test_all_diverged_stops_the_trial_at_once() -> None:

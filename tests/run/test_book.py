@@ -1,0 +1,165 @@
+"""The cell book alone: typed events in, changes and decisions out; no Ray, no ledger, no store, no clock."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from sweeper.records.fold import current_points, summarize
+from sweeper.records.rows import PointRow
+from sweeper.records.states import CellStatus, PointState
+from sweeper.run.book import CellBook, IllegalTransition, LedgerOp, PointEvent, transition
+from sweeper.search.planner import build_plan
+from sweeper.spec.schema import validate_data
+from trials.spec import MemberReport, PointResult, StepReport
+
+OPT = 0.01
+
+
+def loss_at(lr: float) -> float:
+    return 3.0 + 0.3 * math.log(lr / OPT) ** 2
+
+
+def book(**overrides) -> CellBook:
+    raw = {"name": "unit", "methods": ["pre"], "model": {"width": 32, "heads": 2, "depths": [2], "seq_len": 32},
+           "train": {"steps": 30, "batch_size": 4}, "lr": {"center": 3e-3, "points": 3, "refine": False}, **overrides}
+    return CellBook(build_plan(validate_data(raw), output="/tmp/unused").cells)
+
+
+def final(rows: list[PointRow], *, diverge_above: float = 1.0, corpus: str = "c1") -> StepReport:
+    members, results = [], []
+    for r in rows:
+        diverged = r.lr > diverge_above
+        loss = None if diverged else loss_at(r.lr)
+        members.append(MemberReport(r.lr, r.point_id, 4.0, loss, "diverged" if diverged else "ok",
+                                    diverged_step=7 if diverged else None, reason="loss NaN" if diverged else None))
+        results.append(PointResult(r.point_id, r.lr, "diverged" if diverged else "ok", loss, loss, None, 5.5,
+                                   7 if diverged else None, None, 30, 3840, 3.0, corpus, 1, 1, 1.0))
+    return StepReport(30, 3840, 3.0, members, True, results=results)
+
+
+def play(b: CellBook, cid: str, tid: str, k: int = 8, **kw) -> list:
+    """Assign up to k queued points of `cid` to Tune trial `tid` and train them to the end."""
+    changes = b.assign(cid, k, tid)
+    rows = [c.row for c in changes]
+    changes += b.start(tid, [r.point_id for r in rows], now=1.0)
+    changes += b.report(tid, [r.point_id for r in rows], final([b.points[cid][r.point_id] for r in rows], **kw), now=2.0)
+    return changes
+
+
+def test_a_cell_is_bracketed_and_every_change_says_what_to_record():
+    b = book()
+    b.refresh("pre/L2/s0")
+    assert b.queue["pre/L2/s0"] == [0.0015, 0.003, 0.006]
+    changes = []
+    n = 0
+    while (cid := b.next_cell()) is not None:
+        n += 1
+        changes += play(b, cid, f"t{n}")
+    assert b.all_done() and b.decisions["pre/L2/s0"].status == "bracketed"
+    assert abs(math.log(b.decisions["pre/L2/s0"].best.lr / OPT)) <= math.log(2) / 2 + 1e-9
+    points = b.points["pre/L2/s0"]
+    assert {r.state for r in points.values()} == {PointState.OK}
+    assert len(points) == len({r.lr for r in points.values()})  # never the same learning rate twice
+    # Per point: assigned (a ledger entry), started, finished; the rows carry the numbers of the final report.
+    for pid, row in points.items():
+        ops = [c.ledger for c in changes if c.row.point_id == pid and c.ledger is not LedgerOp.NONE]
+        assert ops == [LedgerOp.ASSIGN, LedgerOp.START, LedgerOp.FINISH]
+        assert row.objective == pytest.approx(loss_at(row.lr)) and row.init_loss == 5.5 and row.attempt == 1
+        assert row.finished_at == 2.0 and row.started_at == 1.0 and row.steps == 30
+    # The cell's row is the one every reader derives from the same points (the shared fold).
+    [row] = b.cell_rows(now=5.0)
+    policy = b.cells["pre/L2/s0"].policy
+    [again] = summarize({"pre/L2/s0": row.cell}, current_points(points.values()), {"pre/L2/s0": policy}, 5.0)
+    assert row == again and row.status is CellStatus.BRACKETED and row.n_points == len(points)
+
+
+def test_a_diverged_member_finishes_at_once_and_replayed_reports_change_nothing():
+    b = book()
+    b.refresh("pre/L2/s0")
+    rows = [c.row for c in b.assign("pre/L2/s0", 3, "t1")]
+    pids = [r.point_id for r in rows]
+    members = [MemberReport(r.lr, r.point_id, 4.0, None, "running") for r in rows[:2]]
+    members.append(MemberReport(rows[2].lr, pids[2], None, None, "diverged", diverged_step=7, reason="spike"))
+    changes = b.report("t1", pids, StepReport(10, 100, 1.0, members, False), now=1.0)
+    assert [c.ledger for c in changes if c.row.point_id == pids[2]] == [LedgerOp.START, LedgerOp.NONE, LedgerOp.FINISH]
+    bad = b.points["pre/L2/s0"][pids[2]]
+    assert bad.state is PointState.DIVERGED and bad.diverged_step == 7 and bad.reason == "spike"
+    assert {b.points["pre/L2/s0"][p].state for p in pids[:2]} == {PointState.RUNNING}
+    # Progress rows are stored where a point starts or is evaluated, curves at every report.
+    mine = [c for c in changes if c.row.point_id == pids[0]]
+    assert [(c.ledger, c.store, c.curve is not None) for c in mine] == [(LedgerOp.START, False, False),
+                                                                         (LedgerOp.NONE, True, True)]
+    assert b.report("t1", pids, StepReport(20, 200, 2.0, members, False), now=2.0)[-1].row.point_id == pids[1]
+    assert b.points["pre/L2/s0"][pids[2]] == bad
+    assert sum(b.ignored.values()) == 1 and "diverged point" in next(iter(b.ignored))
+
+
+def test_a_trial_gone_fails_requeues_or_keeps_its_points():
+    b = book()
+    b.refresh("pre/L2/s0")
+    pids = [c.row.point_id for c in b.assign("pre/L2/s0", 3, "t1")]
+    b.start("t1", pids, now=1.0)
+    assert b.trial_gone("t1", pids, error=None, unrestorable=False, stopping=True, now=2.0) == []  # resumed next launch
+    changes = b.trial_gone("t1", pids, error="ValueError: no checkpoint", unrestorable=True, stopping=False, now=2.0)
+    assert {c.row.state for c in changes} == {PointState.QUEUED} and all(c.row.tune_trial_id is None for c in changes)
+    assert sorted(b.queue["pre/L2/s0"]) == sorted(c.row.lr for c in changes)
+    pids = [c.row.point_id for c in b.assign("pre/L2/s0", 3, "t2")]
+    assert {b.points["pre/L2/s0"][p].attempt for p in pids} == {2}
+    changes = b.trial_gone("t2", pids, error="RuntimeError: boom", unrestorable=False, stopping=False, now=3.0)
+    assert {(c.row.state, c.row.reason, c.ledger) for c in changes} == {(PointState.FAILED, "RuntimeError: boom",
+                                                                          LedgerOp.FINISH)}
+    assert b.decisions["pre/L2/s0"].status == "failed" and b.next_cell() is None and b.all_done()
+
+
+def test_a_point_needs_a_finite_objective_and_the_sweeps_corpus():
+    b = book()
+    b.refresh("pre/L2/s0")
+    b.expected_corpus = "c1"
+    rows = [c.row for c in b.assign("pre/L2/s0", 3, "t1")]
+    b.report("t1", [r.point_id for r in rows], final(rows, corpus="c2"), now=1.0)
+    assert {r.state for r in b.points["pre/L2/s0"].values()} == {PointState.FAILED}
+    assert all("corpus changed" in r.reason for r in b.points["pre/L2/s0"].values())
+    assert any("corpus changed" in note for note in b.notes)
+
+
+def test_load_resumes_reruns_and_retries():
+    first = book()
+    first.refresh("pre/L2/s0")
+    rows = [c.row for c in first.assign("pre/L2/s0", 2, "t1")]  # the third LR of the grid is only queued
+    failed = first.trial_gone("t1", [rows[0].point_id], error="boom", unrestorable=False, stopping=False, now=1.0)
+    ledger_rows = [failed[0].row, rows[1]]
+    grid = first.initial_grids["pre/L2/s0"]
+
+    again = book()
+    counts, changes = again.load(ledger_rows, recorded_grids={"pre/L2/s0": grid})
+    assert counts.as_dict() == {"finished": 1, "resumed": 0, "rerun": 1, "retried": 0}
+    assert sorted(again.queue["pre/L2/s0"]) == sorted(grid[1:])  # the re-run and the never-assigned rest
+    claimed = book()
+    counts, _ = claimed.load(ledger_rows, holders={rows[1].point_id: "t1"}, store_states={rows[1].point_id: "queued"})
+    assert counts.resumed == 1 and claimed.held("t1", [rows[1].point_id]) == [rows[1]]
+    retried = book()
+    counts, changes = retried.load(ledger_rows, retry_failed=True)
+    assert counts.retried == 1 and changes[0].row.state is PointState.QUEUED and changes[0].row.reason is None
+
+
+def test_one_table_of_transitions():
+    assert transition(PointState.QUEUED, PointEvent.START) is PointState.RUNNING
+    assert transition(PointState.FAILED, PointEvent.RETRY) is PointState.QUEUED
+    for state in (PointState.OK, PointState.DIVERGED, PointState.FAILED):
+        for event in (PointEvent.START, PointEvent.COMPLETE, PointEvent.REQUEUE, PointEvent.ASSIGN):
+            with pytest.raises(IllegalTransition, match=f"a {state} point cannot {event.value}"):
+                transition(state, event)
+
+
+def test_a_prior_waits_for_smaller_sizes():
+    b = book(model={"width": 32, "heads": 2, "depths": [2, 4, 8], "seq_len": 32},
+             lr={"center": 3e-3, "points": 5, "refine": True, "prior": "extrapolate"})
+    for cid in b.cells:
+        b.refresh(cid)
+    assert set(b.waiting) == {"pre/L8/s0"} and b.status("pre/L8/s0") is CellStatus.PENDING
+    while (cid := b.next_cell()) is not None:
+        play(b, cid, f"t-{cid}-{len(b.points[cid])}")
+    assert not b.waiting and b.all_done()
+    assert any("prior LR" in note for note in b.notes)
