@@ -18,8 +18,10 @@ Prints a table, or JSON with --json. A benchmark, not a test: nothing here asser
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import multiprocessing as mp
+import os
 import shutil
 import statistics
 import tempfile
@@ -30,6 +32,7 @@ from typing import Any
 
 from dashboards.data import Filters
 from dashboards.live import Dashboard
+from dashboards.server import make_server
 from dashboards.synthetic import SyntheticSpec, SyntheticSweep
 
 METHODS = ("pre", "post", "layerrope", "deepnet")
@@ -71,8 +74,6 @@ def poll(dash: Dashboard, since: int) -> tuple[dict[str, Any], bytes, dict[str, 
 
 
 def gz(body: bytes) -> int:
-    import gzip
-
     return len(gzip.compress(body, compresslevel=1))
 
 
@@ -117,9 +118,7 @@ def server_bench(sweep: SyntheticSweep, updates: int, step: float, start: float)
 
 
 def browser_bench(sweep: SyntheticSweep, fraction: float, step: float) -> dict[str, Any]:
-    from playwright.sync_api import sync_playwright
-
-    from dashboards.server import make_server
+    from playwright.sync_api import sync_playwright  # a test extra: only for the browser figures
 
     server = make_server(str(sweep.root), "127.0.0.1", 0)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
@@ -173,10 +172,8 @@ def browser_bench(sweep: SyntheticSweep, fraction: float, step: float) -> dict[s
 
 def _train(seconds_of_work: int, out: Any) -> None:
     """A stand-in for a trial: fixed single-threaded matmul work; puts its wall time."""
-    import os
-
     os.environ["OMP_NUM_THREADS"] = "1"
-    import numpy as np
+    import numpy as np  # after OMP_NUM_THREADS: BLAS reads it when it loads (this runs in a fresh process)
 
     a = np.random.default_rng(0).random((256, 256))
     t = time.perf_counter()

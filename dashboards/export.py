@@ -121,7 +121,7 @@ def _index_page(name: str, written: dict[str, list[str]]) -> str:
 def write_static(specs: dict[str, Any], out: Path, formats: list[str], *, scale: float = 2.0) -> list[Path]:
     """`out/<name>.<format>` for every figure dict and static format, in one kaleido session,
     with Chromium's random SVG ids and PDF dates replaced by fixed values."""
-    import plotly.io as pio
+    import plotly.io as pio  # slow to import: only when writing files (`sweeper plots`)
 
     figs: list[Any] = []
     targets: list[Path] = []
@@ -154,7 +154,7 @@ def write_plots(data: SweepData, out: Path, formats: list[str], *, scale: float 
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out}: exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
-    import plotly.io as pio
+    import plotly.io as pio  # (see write_static)
 
     specs = figures.all_figures(data)
     written: dict[str, list[str]] = {}

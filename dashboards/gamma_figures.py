@@ -257,7 +257,7 @@ def page_html(results: dict[str, Any], plotly_src: str = PLOTLY_JS) -> str:
 
 def write_page(results: dict[str, Any], out_dir: Path) -> Path:
     """Write `gamma.html` and `plotly.min.js` into `out_dir`; returns the page's path."""
-    from plotly.offline import get_plotlyjs
+    from plotly.offline import get_plotlyjs  # the bundled plotly.js, only when a page is written
 
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, content in ((PLOTLY_JS, get_plotlyjs()), (PAGE, page_html(results))):

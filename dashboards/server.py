@@ -57,7 +57,7 @@ _EPOCH = re.compile(r"^[0-9a-f]{0,32}$")
 
 
 def plotly_js_path() -> Path:
-    import plotly
+    import plotly  # the package (slow to import) only to find its bundled plotly.min.js
 
     path = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
     if not path.is_file():

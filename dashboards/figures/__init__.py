@@ -18,6 +18,7 @@ fit and extrapolated targets, learning curves, and sweep progress.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -63,9 +64,7 @@ def all_figures(data: SweepData) -> dict[str, FigureDict]:
 def to_figure(spec: FigureDict) -> Any:
     """A validated `plotly.graph_objects.Figure` of a figure dict (raises on any bad property).
     The dict is copied first: `go.Figure` consumes keys of the dicts it is given."""
-    import copy
-
-    import plotly.graph_objects as go
+    import plotly.graph_objects as go  # plotly's figure classes load slowly; only export and tests validate
 
     return go.Figure(copy.deepcopy(spec))
 

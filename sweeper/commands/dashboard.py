@@ -8,6 +8,8 @@ import socket
 import sys
 from typing import Any
 
+from sweeper.errors import UserError
+
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
@@ -33,7 +35,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sweeper.errors import UserError
+    # Here, not at the top: the CLI imports every command module when it starts (`sweeper validate`'s speed).
     from sweeper.records.store import read_manifest
 
     read_manifest(args.dir)  # a bad DIR is a one-line error, before anything is bound
@@ -42,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.host or any(c.isspace() for c in args.host):
         raise UserError(f"--host: not an address: {args.host!r}")
 
-    from dashboards.server import make_server
+    from dashboards.server import make_server  # (see above) the one command that serves the dashboards
 
     try:
         server = make_server(args.dir, args.host, args.port, verbose=args.verbose)

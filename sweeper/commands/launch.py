@@ -7,7 +7,11 @@ import contextlib
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
+
+from sweeper.errors import UserError
+from sweeper.search.bracketing import initial_grid
 
 DEFAULT_THROUGHPUT = 2e14  # FLOP/s per GPU for --dry-run estimates: ~25% of an H100/H200's dense bf16 peak
 
@@ -34,24 +38,21 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     started = time.time()
-    from pathlib import Path
-
-    from sweeper.errors import UserError
+    # Here, not at the top: the CLI imports every command module when it starts (`sweeper validate`'s speed).
+    from sweeper.records.table import make_console
     from sweeper.search.planner import build_plan
     from sweeper.spec.schema import load_sweep
 
     if args.throughput is not None and not args.throughput > 0:
         raise UserError(f"--throughput: must be > 0 FLOP/s (got {args.throughput})")
     validated = load_sweep(args.file)
-    from sweeper.records.table import make_console
-
     console = make_console(stderr=args.json)
     for warning in validated.warnings:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
     plan = build_plan(validated.config, output=args.output, source=Path(args.file))
     if args.dry_run:
         return dry_run(plan, args.throughput, as_json=args.json, console=console)
-    from sweeper.run.launch import launch
+    from sweeper.run.launch import launch  # Ray, Optuna and the trial code: only to run the sweep
 
     # With --json, stdout carries the summary only: Ray's driver-side listener prints cluster events
     # ("(raylet) A worker died ...") to whatever sys.stdout is, which made the output unparseable
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_summary(summary: Any, console: Any) -> None:
-    from sweeper.records.table import counts_line
+    from sweeper.records.table import counts_line  # (see `run`)
 
     done = sum(summary.counts.values())
     verb = "stopped" if summary.interrupted else "finished"
@@ -101,9 +102,7 @@ def print_summary(summary: Any, console: Any) -> None:
 
 
 def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any) -> int:
-    from rich.table import Table
-
-    from sweeper.search.bracketing import initial_grid
+    from rich.table import Table  # (see `run`)
 
     rows = []
     for cell in plan.cells:

@@ -29,7 +29,11 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Here, not at the top: the CLI imports every command module when it starts (`sweeper validate`'s speed).
+    from rich.table import Table
+
     from sweeper.records.results import optima, points_per_bracketed_cell
+    from sweeper.records.table import STATUS_STYLE, fmt, make_console
 
     rows = optima(args.dir)
     average = points_per_bracketed_cell(rows)
@@ -44,11 +48,6 @@ def run(args: argparse.Namespace) -> int:
             writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in COLUMNS})
         sys.stdout.write(buffer.getvalue())
         return 0
-    from rich.table import Table
-
-    from sweeper.records.table import make_console
-    from sweeper.records.table import STATUS_STYLE, fmt
-
     table = Table(header_style="bold", title=f"optima of {args.dir}", title_justify="left")
     for name in ("method", "size", "seed", "status", "best lr", "best loss", "interp lr", "parabola min",
                  "points", "diverged"):

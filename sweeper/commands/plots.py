@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 from typing import Any
+
+from sweeper.errors import UserError
 
 
 def register(subparsers: Any) -> None:
@@ -26,14 +30,12 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
-    from pathlib import Path
-
-    from sweeper.errors import UserError
+    # Here, not at the top: the CLI imports every command module when it starts (`sweeper validate`'s speed).
+    from dashboards.data import load_sweep
+    from dashboards.export import STATIC_FORMATS, check_static_export, parse_formats, write_plots
     from sweeper.records.store import read_manifest
 
     read_manifest(args.dir)
-    from dashboards.export import STATIC_FORMATS, check_static_export, parse_formats
 
     formats = parse_formats(args.format)
     if not 0.25 <= args.scale <= 8:
@@ -43,9 +45,6 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out}: exists and is not a directory")
-
-    from dashboards.data import load_sweep
-    from dashboards.export import write_plots
 
     data = load_sweep(args.dir)
     paths = write_plots(data, out, formats, scale=args.scale)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 from typing import Any
+
+from sweeper.errors import UserError
 
 
 def register(subparsers: Any) -> None:
@@ -23,16 +26,14 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
+    # Here, not at the top: the CLI imports every command module when it starts (`sweeper validate`'s speed).
+    from sweeper.records.store import load_cells, read_manifest
     from sweeper.records.table import make_console
-    from sweeper.errors import UserError
-    from sweeper.records.store import read_manifest
 
     manifest = read_manifest(args.dir)
     console = make_console()
     if args.repair:
-        from sweeper.records.ledger import OptunaLedger, storage_url  # Optuna: only for a repair
+        from sweeper.records.ledger import OptunaLedger, storage_url  # Optuna (a second): for a repair only
         from sweeper.records.repair import rebuild_store
 
         url = manifest.get("ledger")
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     if args.watch is not None:
         if not args.watch > 0:
             raise UserError(f"--watch: must be > 0 seconds (got {args.watch})")
-        from rich.live import Live
+        from rich.live import Live  # for --watch only
 
         with Live(_render(args.dir, manifest), console=console, auto_refresh=False) as live:
             try:
@@ -59,8 +60,6 @@ def run(args: argparse.Namespace) -> int:
             except KeyboardInterrupt:
                 return 0
     if args.json:
-        from sweeper.records.store import load_cells
-
         rows = load_cells(args.dir).to_dicts()
         print(json.dumps({"name": manifest.get("name"), "cells": rows}, indent=2, default=str))
         return 0
@@ -69,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _render(sweep_dir: str, manifest: dict[str, Any]) -> Any:
+    # Here, not at the top: the CLI imports every command module when it starts (`sweeper validate`'s speed).
     from rich.console import Group
     from rich.text import Text
 

@@ -7,6 +7,9 @@ import json
 import sys
 from typing import Any
 
+from sweeper.records.ids import size_labels
+from sweeper.search.bracketing import initial_grid
+
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
@@ -20,9 +23,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sweeper.records.ids import size_labels
-    from sweeper.search.bracketing import initial_grid
-    from sweeper.spec.schema import load_sweep
+    # Here, not at the top: the CLI imports every command module when it starts (`sweeper validate`'s speed).
+    from sweeper.spec.schema import load_sweep  # pydantic
 
     validated = load_sweep(args.file)
     cfg = validated.config

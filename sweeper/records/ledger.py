@@ -37,6 +37,7 @@ from optuna.trial import TrialState, create_trial
 
 from sweeper.records.rows import CellFacts, PointRow
 from sweeper.records.states import PointState
+from sweeper.records.storage_errors import lock_timeout
 
 LEDGER_FILE = "ledger.db"
 
@@ -234,15 +235,3 @@ def open_storage(url: str) -> Any:
     if url.startswith("sqlite:"):
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": lock_timeout()}}
     return optuna.storages.RDBStorage(url, **kwargs)
-
-
-LOCK_TIMEOUT_ENV = "LAYERROPE_SWEEPER_LEDGER_TIMEOUT"
-
-
-def lock_timeout() -> float:
-    """Seconds a SQLite ledger write waits for another process's lock before it fails (default 60;
-    `LAYERROPE_SWEEPER_LEDGER_TIMEOUT` changes it, e.g. longer on a slow network filesystem)."""
-    try:
-        return max(0.0, float(os.environ.get(LOCK_TIMEOUT_ENV, "60")))
-    except ValueError:
-        return 60.0

@@ -13,7 +13,9 @@ a damaged file is a `UserError` (exit 2) naming it and the repair.
 from __future__ import annotations
 
 import errno
+import os
 import re
+import sqlite3
 from collections.abc import Iterator
 
 from sweeper.errors import UserError
@@ -38,9 +40,19 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         current = current.__cause__ or current.__context__
 
 
-def _sqlite_message(exc: BaseException) -> str | None:
-    import sqlite3
+LOCK_TIMEOUT_ENV = "LAYERROPE_SWEEPER_LEDGER_TIMEOUT"
 
+
+def lock_timeout() -> float:
+    """Seconds a SQLite ledger write waits for another process's lock before it fails (default 60;
+    `LAYERROPE_SWEEPER_LEDGER_TIMEOUT` changes it, e.g. longer on a slow network filesystem)."""
+    try:
+        return max(0.0, float(os.environ.get(LOCK_TIMEOUT_ENV, "60")))
+    except ValueError:
+        return 60.0
+
+
+def _sqlite_message(exc: BaseException) -> str | None:
     for e in _chain(exc):
         if isinstance(e, sqlite3.Error):
             return str(e)
@@ -80,8 +92,6 @@ def is_storage_error(exc: BaseException) -> bool:
 
 def describe(exc: BaseException, ledger: str | None = None) -> str:
     """One line: what failed and what to do."""
-    from sweeper.records.ledger import LOCK_TIMEOUT_ENV, lock_timeout
-
     where = f"ledger {ledger}" if ledger else "the ledger"
     disk = _disk_error(exc)
     if disk is not None:

@@ -45,6 +45,7 @@ from sweeper.errors import UserError
 from sweeper.records.storage_errors import is_storage_error
 from sweeper.run.sweep_run import SWEEP_DONE, SweepRun, point_ids_of
 from sweeper.search.planner import Plan
+from trials.ray_entry import trainable as trial_trainable
 from trials.spec import StepReport
 
 ENV_DEFAULTS = {
@@ -57,7 +58,6 @@ ENV_DEFAULTS = {
     "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "1000000",
 }
 PRELOAD_HOOK = "trials.ray_entry.preload"  # workers import torch and the trainer as they start, beside Tune's set-up
-TRAINABLE = "trials.ray_entry.trainable"
 
 # ----------------------------------------------------------------------------------------------
 # The adapters
@@ -427,7 +427,7 @@ class TuneSession:
         When Tune cannot restore its last run (it would go on with an empty run and wait forever
         for the trials it lost), their points are re-queued and a new Tune run starts;
         `on_new_run(requeued points)` is called first (the manifest records the new run)."""
-        trainable = tune.with_resources(_trainable(), trial_resources)
+        trainable = tune.with_resources(trial_trainable, trial_resources)
         restore_failure: str | None = None
         tuner: Any = None
         if self.restored:
@@ -479,9 +479,3 @@ class TuneSession:
     def close(self) -> None:
         if self.started_ray:
             ray.shutdown()
-
-
-def _trainable() -> Any:
-    from trials.ray_entry import trainable  # the trial code: loaded where the trials run, not by the driver's imports
-
-    return trainable

@@ -29,6 +29,8 @@ from sweeper.records.rows import CellFacts
 from sweeper.search.bracketing import LRPolicy
 from sweeper.spec.schema import BYTE_VOCAB, MethodSpec, SweepConfig, deep_merge, resolve_path
 from trials.config import DataConfig, DivergenceConfig, TrainConfig
+from trials.data.tokenizer import load_tokenizer
+from trials.errors import TrialInputError
 
 # Training settings that change how fast a trial runs, not what it computes.
 NON_RESULT_TRAIN_KEYS = ("device", "compile", "threads", "report_every", "checkpoint_every", "drop_diverged",
@@ -125,8 +127,7 @@ def resolve_vocab(cfg: SweepConfig, data: DataConfig) -> int:
     if data.source == "synthetic":
         return data.synthetic_vocab
     if data.source in ("images", "builtin_images"):  # the ViT's outputs: the number of classes
-        from trials.data.images import class_count
-        from trials.errors import TrialInputError
+        from trials.data.images import class_count  # the image data code (numpy): for ViT sweeps only
 
         try:
             return class_count(data)
@@ -134,10 +135,6 @@ def resolve_vocab(cfg: SweepConfig, data: DataConfig) -> int:
             raise UserError(exc.message) from None
     if data.tokenizer is None and data.source in ("builtin", "text", "jsonl", "parquet"):
         return BYTE_VOCAB
-    try:
-        from trials.data.tokenizer import load_tokenizer  # type: ignore[attr-defined]
-    except ImportError as exc:  # pragma: no cover - depends on the trials build
-        raise UserError(f"model.vocab: auto needs the tokenizer to be loadable ({exc}); give model.vocab") from None
     try:
         return int(load_tokenizer(data.tokenizer).vocab)
     except Exception as exc:

@@ -22,7 +22,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -40,13 +40,13 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from sweeper.spec import catalog
+from models.config import ModelConfig
+from models.family_settings import loop_settings, looped_depth, vit_settings
 from sweeper.errors import UserError
+from sweeper.search.bracketing import LRPolicy
+from sweeper.spec import catalog
 from sweeper.spec.yamlio import LoadedYaml, YamlProblem, load_file
 from trials.config import DataConfig, DivergenceConfig, TrainConfig
-
-if TYPE_CHECKING:
-    from sweeper.search.bracketing import LRPolicy
 
 BUDGET_KEYS = ("steps", "tokens", "tokens_per_param")
 MAX_DEPTH = 10_000
@@ -176,9 +176,7 @@ class LRSection(Strict):
             return self.points
         return 1 + max(0, round(math.log(self.span) / math.log(self.factor)))
 
-    def to_policy(self) -> "LRPolicy":
-        from sweeper.search.bracketing import LRPolicy
-
+    def to_policy(self) -> LRPolicy:
         return LRPolicy(
             lo=self.bounds[0], hi=self.bounds[1], center=self.center, points=self.initial_points, factor=self.factor,
             grid=tuple(self.grid) if self.grid is not None else None, refine=self.refine,
@@ -848,9 +846,6 @@ def _shape_problems(model: ModelSection) -> list[Problem]:
 def _family_problems(model: ModelSection) -> list[Problem]:
     """Named sizes of another family, a depth sweep of the looped family, and the family's `extra` settings
     (read exactly as the models will read them)."""
-    from models.config import ModelConfig
-    from models.family_settings import loop_settings, looped_depth, vit_settings
-
     out: list[Problem] = []
     if model.family == "looped" and model.depths is not None:
         return [Problem(("model", "depths"), "the looped family sweeps model.loops (loop counts) or model.sizes, not depths")]

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sweeper.records.rows import CellRow, PointRow
 from sweeper.records.store import MANIFEST, STORE_VERSION, StoreWriter
 
 WIDTH, VOCAB, SEQ, TOKENS = 128, 32000, 256, 2_000_000
@@ -98,7 +99,7 @@ def write_sweep(
                         "steps": 100 if not diverged else 10, "tokens": TOKENS if not diverged else TOKENS // 10,
                         "attempt": 0,
                     })
-                writer.append_points(rows)
+                writer.append_points([PointRow.from_columns(r) for r in rows])
                 ok = [r for r in rows if r["state"] == "ok"]
                 status, best_lr, best_obj, interp = "diverged", None, None, None
                 if (method, depth) in pending:
@@ -119,7 +120,7 @@ def write_sweep(
                     "best_lr": best_lr, "best_objective": best_obj, "interp_lr": interp, "interp_objective": None,
                     "updated_at": 0.0,
                 })
-    writer.write_cells(cells)
+    writer.write_cells([CellRow.from_columns(c) for c in cells])
     return root
 
 

@@ -57,7 +57,7 @@ def test_loop_count_axis():
     cells = {c.size: c for c in plan.cells}
     assert list(cells) == ["T1", "T4", "T16"]
     for count, cell in zip((1, 4, 16), cells.values()):
-        assert cell.depth == count and cell.x == count and cell.model.depth == 4
+        assert cell.loops == count and cell.x == count and cell.depth == cell.model.depth == 4
         assert cell.model.extra["mean_loops"] == count == cell.model.extra["eval_loops"]
     assert cells["T1"].params == cells["T16"].params
     assert cells["T1"].flops_per_token < cells["T4"].flops_per_token < cells["T16"].flops_per_token

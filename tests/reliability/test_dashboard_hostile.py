@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from dashboards.synthetic import SyntheticSpec, SyntheticSweep
+from sweeper.records.rows import PointRow
 from sweeper.records.store import StoreWriter, load_points
 
 SWEEP_NAME = '"><svg onload=alert("sweep")>'
@@ -41,7 +42,7 @@ def hostile_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     row.update(point_id=row["point_id"] + "9", lr=row["lr"] * 9, state="diverged", objective=None, loss=None,
                diverged_step=3, reason=REASON)
     row.pop("seq")
-    StoreWriter(root).append_points([row])
+    StoreWriter(root).append_points([PointRow.from_columns(row)])
     (root.parent / "secret.txt").write_text("outside the sweep folder")
     return root
 

@@ -28,8 +28,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from sweeper.errors import UserError
 from sweeper.analysis.fits.sensitivity import Sensitivity, lr_sensitivity
+from sweeper.errors import UserError
+from sweeper.records.store import load_cells, load_points, read_manifest
 
 XAxis = Literal["depth", "params", "compute"]
 NDef = Literal["nonembed", "total"]
@@ -149,8 +150,6 @@ def collect(
     lr_source: Literal["interp", "grid"] = "interp",
 ) -> SweepResults:
     """The per-(method, size) results of a sweep; UserError when there is nothing to fit."""
-    from sweeper.records.store import load_cells, load_points, read_manifest
-
     root = Path(sweep_dir)
     manifest = read_manifest(root)
     points = load_points(root)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,7 +92,7 @@ class _TensorStore:
         return list(self.files_by_name)
 
     def get(self, name: str) -> np.ndarray:
-        import torch
+        import torch  # torch (seconds to import) only once a weight is read
 
         path = self.files_by_name[name]
         if path.suffix == ".safetensors":
@@ -104,7 +105,7 @@ class _TensorStore:
 
 
 def _open_safetensors(path: Path) -> Any:
-    from safetensors import SafetensorError, safe_open
+    from safetensors import SafetensorError, safe_open  # (with torch, see `get`)
 
     try:
         return safe_open(str(path), framework="pt")
@@ -119,9 +120,7 @@ def _safetensors_names(path: Path) -> list[str]:
 def _torch_state_dict(path: Path, cache: dict[Path, dict[str, Any]]) -> dict[str, Any]:
     if path in cache:
         return cache[path]
-    import pickle
-
-    import torch
+    import torch  # (see `get`)
 
     try:
         try:
@@ -284,10 +283,10 @@ def is_project_export(folder: Path) -> bool:
 def _model_layer_gains(model_dict: dict[str, Any], weights: Path) -> dict[str, np.ndarray]:
     """Rebuild the project's model, load one member's weights, return `layer_gains()` as (L, d) arrays."""
     try:
-        from models import ModelConfig, build_model
+        from models import ModelConfig, build_model  # torch (see `get`)
     except ImportError as exc:
         raise UserError(f"{weights.parent}: reading this project's checkpoints needs models.build_model ({exc})") from None
-    import torch
+    import torch  # (see `get`)
     from safetensors.torch import load_file
 
     try:
