@@ -11,28 +11,20 @@ import numpy as np
 
 from dashboards import style
 from dashboards.data import SweepData
+from sweeper.records.rows import finite as num  # a finite float or None
+from sweeper.records.states import FINISHED_STATES
 
 FigureDict = dict[str, Any]
 Trace = dict[str, Any]
 
 PANEL_HEIGHT = 300
 STATIC_WIDTH = 1100  # `sweeper plots` draws at this width; the dashboard fills the window
-FINISHED = ("ok", "diverged", "failed")
+FINISHED = tuple(s.value for s in FINISHED_STATES)
 
 
 def uid(*parts: object) -> str:
     """A stable trace id from what the trace shows (names may hold any character)."""
     return hashlib.sha1("\x1f".join(map(str, parts)).encode()).hexdigest()[:16]
-
-
-def num(value: Any) -> float | None:
-    if value is None:
-        return None
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
 
 
 def nums(values: Any) -> list[float | None]:

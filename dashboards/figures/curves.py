@@ -31,10 +31,11 @@ from dashboards.figures.common import (
     uid,
 )
 from sweeper.records.ids import point_id
+from sweeper.records.states import FINISHED_STATES, PointState
 
 CURVE_VERTEX_BUDGET = 60_000  # vertices per figure: a browser draws this in a few hundred ms
 MAX_CURVES = 1_500  # beyond this, show running points and each cell's best point
-BAD_STATES = ("diverged", "failed")
+BAD_STATES = tuple(s.value for s in FINISHED_STATES if s is not PointState.OK)  # finished without a result
 
 
 def curve_budget(n_curves: int, total: int = CURVE_VERTEX_BUDGET) -> int:

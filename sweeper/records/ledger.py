@@ -36,7 +36,7 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState, create_trial
 
 from sweeper.records.rows import CellFacts, PointRow
-from sweeper.records.states import PointState
+from sweeper.records.states import ACTIVE_STATES, PointState
 from sweeper.records.storage_errors import lock_timeout
 
 LEDGER_FILE = "ledger.db"
@@ -202,8 +202,8 @@ class OptunaLedger:
                 if pid is None or "lr" not in t.params:
                     continue
                 if t.state == TrialState.RUNNING:
-                    state = t.user_attrs.get("state", "running")
-                    state = PointState(state) if state in ("queued", "running") else PointState.RUNNING
+                    recorded = t.user_attrs.get("state")
+                    state = PointState(recorded) if recorded in ACTIVE_STATES else PointState.RUNNING
                 elif t.state in _STATE_OF:
                     state = _STATE_OF[t.state]
                 else:

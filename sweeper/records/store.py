@@ -6,12 +6,12 @@ Layout of a sweep directory (everything the tool keeps about one sweep)::
     DIR/
       manifest.json        store version, sweep name, compatibility key, corpus fingerprint
       sweep.yaml           the YAML as launched (the first launch; extensions are appended as sweep.N.yaml)
-      ledger.db            the Optuna ledger of record (one study per cell, one trial per LR point)
-      store/points/        point events: one row per state change of an LR point; the last row wins
+      ledger.db            the Optuna ledger of record (one study per cell, one ledger entry per point)
+      store/points/        point events: one row per state change of a point (sweeper.records.rows.PointRow)
       store/curves/        learning-curve rows (train loss every report, eval loss when evaluated)
       store/cells.parquet  the latest snapshot of every cell's bracketing status
       fits.json            written by `sweeper fit`, read by the dashboards
-      checkpoints/         per-trial checkpoints (resume after a kill)
+      checkpoints/         per-Tune-trial checkpoints (resume after a kill)
       ray/                 Ray Tune's experiment folder
 
 One writer (the driver) appends chunks; any number of readers (status, optima, fit,

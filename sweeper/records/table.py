@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sweeper.records.rows import cell_order
+from sweeper.records.states import CellStatus
 
 STATUS_STYLE = {
     "pending": "dim",
@@ -61,7 +62,8 @@ def status_counts(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
 
 
 def counts_line(counts: dict[str, int]) -> str:
-    order = ["bracketed", "running", "pending", "edge", "diverged", "failed"]
+    order = [CellStatus.BRACKETED, CellStatus.RUNNING, CellStatus.PENDING, CellStatus.EDGE, CellStatus.DIVERGED,
+             CellStatus.FAILED]
     parts = [f"{counts[s]} {s}" for s in order if counts.get(s)]
     return ", ".join(parts) if parts else "no cells"
 
