@@ -110,7 +110,7 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any) -> int
         flops_point = cell.flops_per_token * cell.tokens_per_point
         rows.append({
             "cell_id": cell.cell_id, "method": cell.method, "size": cell.size, "seed": cell.seed, "depth": cell.depth,
-            "width": cell.width, "params": cell.params, "params_nonembed": cell.params_nonembed,
+            "loops": cell.loops, "width": cell.width, "params": cell.params, "params_nonembed": cell.params_nonembed,
             "tokens_per_point": cell.tokens_per_point, "steps_per_point": cell.steps_per_point,
             "flops_per_point": flops_point, "initial_grid": grid, "max_points": cell.policy.max_points,
             "resources": cell.resources, "prior": cell.prior,

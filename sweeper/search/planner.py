@@ -307,7 +307,10 @@ def auto_stack(cell: Cell, queued: int, max_stack: int, host_memory_bytes: int |
     micro = getattr(cell.train, "micro_batch", None)
     tokens = cell.model.seq_len * min(cell.train.batch_size, micro or cell.train.batch_size)
     gpu = bool(cell.resources.get("GPU"))
-    bytes_act = 96 * cell.width * tokens * cell.depth
+    # Layers holding activations: the blocks; for a loop-count sweep the estimate has always used the
+    # loop count instead (a looped model's core runs T times), kept as it was.
+    layers = cell.loops if cell.loops is not None else cell.depth
+    bytes_act = 96 * cell.width * tokens * layers
     if cell.train.dtype == "bf16" or (cell.train.dtype == "auto" and gpu):
         bytes_act //= 2
     fused = cell.family == "llama" and getattr(cell.train, "fused_loss", False)
