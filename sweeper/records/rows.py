@@ -15,8 +15,9 @@ validates and normalises (a state is a `PointState`, a non-finite number is None
 `CellRow.of` from the cell's points and its bracketing decision, in the driver and in
 `repair` alike. `CellFacts` is what both rows repeat about the cell (so a row reads alone).
 
-A new column is a field here, its entry in `POINT_COLUMNS` (or `CELL_COLUMNS`) and its value
-in `columns()`; a test checks that the three agree. Standard library and `sweeper.search.bracketing`
+A new column is a field here, declared with `column(type, meaning)`: the store's schema
+(`POINT_COLUMNS`, `CELL_COLUMNS`), `columns()` and `from_columns()` follow from it (a number the
+ledger should keep goes into `metrics()` too). Standard library and `sweeper.search.bracketing`
 only (no polars: the store maps the column types).
 """
 
@@ -24,7 +25,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
+from enum import Enum
 from typing import Any, Literal
 
 from sweeper.records.ids import CellId, PointId, canonical
@@ -39,6 +41,30 @@ class Column:
     name: str
     type: ColumnType
     doc: str
+
+
+def column(type_: ColumnType, doc: str, *, name: str | None = None, cells: bool = True, **kw: Any) -> Any:
+    """A record field that is a column of the store's tables (`name`: the column's, when it differs
+    from the field's; `cells`: for a cell fact, whether the cells table repeats it too)."""
+    return field(metadata={"column": (type_, doc, name), "cells": cells}, **kw)
+
+
+def _columns(cls: type, *, cells_only: bool = False) -> tuple[Column, ...]:
+    out = []
+    for f in fields(cls):
+        if "column" in f.metadata and (f.metadata["cells"] or not cells_only):
+            type_, doc, name = f.metadata["column"]
+            out.append(Column(name or f.name, type_, doc))
+    return tuple(out)
+
+
+def _values(record: Any, *, cells_only: bool = False) -> dict[str, Any]:
+    out = {}
+    for f in fields(record):
+        if "column" in f.metadata and (f.metadata["cells"] or not cells_only):
+            value = getattr(record, f.name)
+            out[f.metadata["column"][2] or f.name] = value.value if isinstance(value, Enum) else value
+    return out
 
 
 def finite(value: Any) -> float | None:
@@ -65,38 +91,24 @@ def _int(value: Any) -> int | None:
 # Cell facts
 
 
-CELL_FACT_COLUMNS: tuple[Column, ...] = (
-    Column("cell_id", "str", "method/size/s<seed> (sweeper.records.ids.CellId)"),
-    Column("method", "str", "the sweep method (a scheme with its options)"),
-    Column("family", "str", "llama | looped | vit"),
-    Column("size", "str", "the size label: L<blocks> (depth sweep), T<loops> (loop-count sweep), or the size's name"),
-    Column("depth", "int", "blocks of the network"),
-    Column("loops", "int", "mean training (and evaluation) loop count of a loop-count sweep; null otherwise"),
-    Column("width", "int", "model width"),
-    Column("seed", "int", "the cell's seed"),
-    Column("params", "int", "parameters of one member, embeddings included"),
-)
-POINT_CELL_COLUMNS: tuple[Column, ...] = (
-    Column("params_nonembed", "int", "parameters without the embeddings"),
-    Column("flops_per_token", "float", "training FLOPs per token (6N + attention)"),
-)
-
-
 @dataclass(frozen=True)
 class CellFacts:
     """What a point row and a cell row repeat about their cell."""
 
-    cell_id: str
-    method: str
-    family: str | None = None
-    size: str = ""
-    depth: int | None = None
-    loops: int | None = None
-    width: int | None = None
-    seed: int = 0
-    params: int | None = None
-    params_nonembed: int | None = None
-    flops_per_token: float | None = None
+    cell_id: str = column("str", "method/size/s<seed> (sweeper.records.ids.CellId)")
+    method: str = column("str", "the sweep method (a scheme with its options)")
+    family: str | None = column("str", "llama | looped | vit", default=None)
+    size: str = column("str", "the size label: L<blocks> (depth sweep), T<loops> (loop-count sweep), or the size's "
+                              "name", default="")
+    depth: int | None = column("int", "blocks of the network", default=None)
+    loops: int | None = column("int", "mean training (and evaluation) loop count of a loop-count sweep; null otherwise",
+                               default=None)
+    width: int | None = column("int", "model width", default=None)
+    seed: int = column("int", "the cell's seed", default=0)
+    params: int | None = column("int", "parameters of one member, embeddings included", default=None)
+    params_nonembed: int | None = column("int", "parameters without the embeddings", cells=False, default=None)
+    flops_per_token: float | None = column("float", "training FLOPs per token (6N + attention)", cells=False,
+                                           default=None)
 
     def __post_init__(self) -> None:
         CellId.parse(self.cell_id)  # a malformed id is a bug, found here
@@ -125,36 +137,13 @@ class CellFacts:
 
     def attrs(self) -> dict[str, Any]:
         """The facts as a mapping (ledger study attributes, manifest entries)."""
-        return {"method": self.method, "family": self.family, "size": self.size, "depth": self.depth,
-                "loops": self.loops, "width": self.width, "seed": self.seed, "params": self.params,
-                "params_nonembed": self.params_nonembed, "flops_per_token": self.flops_per_token}
+        attrs = _values(self)
+        del attrs["cell_id"]
+        return attrs
 
 
 # ----------------------------------------------------------------------------------------------
 # Point rows
-
-
-POINT_COLUMNS: tuple[Column, ...] = (
-    Column("point_id", "str", "<cell id>/lr=<lr> (sweeper.records.ids.PointId), e.g. layerrope/L48/s0/lr=0.002"),
-    *CELL_FACT_COLUMNS,
-    *POINT_CELL_COLUMNS,
-    Column("lr", "float", "the learning rate (6 significant digits)"),
-    Column("state", "str", "queued | running | ok | diverged | failed (sweeper.records.states.PointState)"),
-    Column("objective", "float", "what bracketing minimises (final eval loss, or error rate); null unless ok"),
-    Column("loss", "float", "final evaluation loss; null unless ok"),
-    Column("accuracy", "float", "top-1 accuracy (ViT), else null"),
-    Column("init_loss", "float", "loss at initialisation (for LR sensitivity)"),
-    Column("diverged_step", "int", "the step at which the divergence rules stopped it"),
-    Column("reason", "str", "why it diverged or failed"),
-    Column("steps", "int", "steps trained so far / in total"),
-    Column("tokens", "int", "tokens trained so far / in total"),
-    Column("train_seconds", "float", "training time of its Tune trial so far"),
-    Column("trial_id", "str", "the Ray Tune trial that trains (or trained) it"),
-    Column("attempt", "int", "how many times it was assigned to a Tune trial"),
-    Column("started_at", "float", "unix seconds"),
-    Column("finished_at", "float", "unix seconds"),
-    Column("corpus", "str", "data fingerprint"),
-)
 
 
 @dataclass(frozen=True)
@@ -162,23 +151,26 @@ class PointRow:
     """One point as the sweeper knows it now (the store keeps every row; the last one wins)."""
 
     cell: CellFacts
-    lr: float
-    state: PointState = PointState.QUEUED
-    attempt: int = 0
-    tune_trial_id: str | None = None  # the Ray Tune trial holding (or that held) it
-    objective: float | None = None
-    loss: float | None = None
-    accuracy: float | None = None
-    init_loss: float | None = None
-    diverged_step: int | None = None
-    reason: str | None = None
-    steps: int = 0
-    tokens: int = 0
-    train_seconds: float = 0.0
-    started_at: float | None = None
-    finished_at: float | None = None
-    corpus: str | None = None
-    point_id: str = field(init=False, compare=False)
+    lr: float = column("float", "the learning rate (6 significant digits)")
+    state: PointState = column("str", "queued | running | ok | diverged | failed (sweeper.records.states.PointState)",
+                               default=PointState.QUEUED)
+    objective: float | None = column("float", "what bracketing minimises (final eval loss, or error rate); null "
+                                              "unless ok", default=None)
+    loss: float | None = column("float", "final evaluation loss; null unless ok", default=None)
+    accuracy: float | None = column("float", "top-1 accuracy (ViT), else null", default=None)
+    init_loss: float | None = column("float", "loss at initialisation (for LR sensitivity)", default=None)
+    diverged_step: int | None = column("int", "the step at which the divergence rules stopped it", default=None)
+    reason: str | None = column("str", "why it diverged or failed", default=None)
+    steps: int = column("int", "steps trained so far / in total", default=0)
+    tokens: int = column("int", "tokens trained so far / in total", default=0)
+    train_seconds: float = column("float", "training time of its Tune trial so far", default=0.0)
+    tune_trial_id: str | None = column("str", "the Ray Tune trial that trains (or trained) it", name="trial_id",
+                                       default=None)
+    attempt: int = column("int", "how many times it was assigned to a Tune trial", default=0)
+    started_at: float | None = column("float", "unix seconds", default=None)
+    finished_at: float | None = column("float", "unix seconds", default=None)
+    corpus: str | None = column("str", "data fingerprint", default=None)
+    point_id: str = field(init=False, compare=False)  # <cell id>/lr=<lr> (sweeper.records.ids.PointId)
 
     def __post_init__(self) -> None:
         lr = finite(self.lr)
@@ -224,7 +216,8 @@ class PointRow:
     @classmethod
     def from_ledger(cls, cell: CellFacts, lr: float, state: PointState | str, *, attempt: int,
                     tune_trial_id: str | None, objective: float | None, metrics: Mapping[str, Any]) -> PointRow:
-        """The row a ledger entry records (its `metrics`, or just `started_at` while it runs)."""
+        """The row a ledger entry records (its `metrics`, or just `started_at` while it runs); an
+        objective on a point that is not ok is dropped."""
         state = PointState(state)
         if objective is None and state is PointState.OK:
             objective = metrics.get("objective")
@@ -239,49 +232,25 @@ class PointRow:
 
     def columns(self) -> dict[str, Any]:
         """The row of the store's `points` table (POINT_COLUMNS, in order)."""
-        c = self.cell
-        return {
-            "point_id": self.point_id, "cell_id": c.cell_id, "method": c.method, "family": c.family, "size": c.size,
-            "depth": c.depth, "loops": c.loops, "width": c.width, "seed": c.seed, "params": c.params,
-            "params_nonembed": c.params_nonembed, "flops_per_token": c.flops_per_token, "lr": self.lr,
-            "state": self.state.value, "objective": self.objective, "loss": self.loss, "accuracy": self.accuracy,
-            "init_loss": self.init_loss, "diverged_step": self.diverged_step, "reason": self.reason,
-            "steps": self.steps, "tokens": self.tokens, "train_seconds": self.train_seconds,
-            "trial_id": self.tune_trial_id, "attempt": self.attempt, "started_at": self.started_at,
-            "finished_at": self.finished_at, "corpus": self.corpus,
-        }
+        return {"point_id": self.point_id, **_values(self.cell), **_values(self)}
 
     @classmethod
     def from_columns(cls, row: Mapping[str, Any]) -> PointRow:
-        """A stored row back as a PointRow (an objective on a row that is not ok is dropped)."""
-        state = PointState(row["state"])
-        return cls(
-            cell=CellFacts.from_attrs(row["cell_id"], row), lr=row["lr"], state=state,
-            attempt=row.get("attempt") or 0, tune_trial_id=row.get("trial_id"),
-            objective=row.get("objective") if state is PointState.OK else None, loss=row.get("loss"),
-            accuracy=row.get("accuracy"), init_loss=row.get("init_loss"), diverged_step=row.get("diverged_step"),
-            reason=row.get("reason"), steps=row.get("steps") or 0, tokens=row.get("tokens") or 0,
-            train_seconds=row.get("train_seconds") or 0.0, started_at=row.get("started_at"),
-            finished_at=row.get("finished_at"), corpus=row.get("corpus"),
-        )
+        """A stored row back as a PointRow."""
+        return cls.from_ledger(CellFacts.from_attrs(row["cell_id"], row), row["lr"], row["state"],
+                               attempt=row.get("attempt") or 0, tune_trial_id=row.get("trial_id"),
+                               objective=row.get("objective"), metrics=row)
+
+
+POINT_COLUMNS: tuple[Column, ...] = (
+    Column("point_id", "str", "<cell id>/lr=<lr> (sweeper.records.ids.PointId), e.g. layerrope/L48/s0/lr=0.002"),
+    *_columns(CellFacts),
+    *_columns(PointRow),
+)
 
 
 # ----------------------------------------------------------------------------------------------
 # Cell rows
-
-
-CELL_COLUMNS: tuple[Column, ...] = (
-    *CELL_FACT_COLUMNS,
-    Column("status", "str", "pending | running | bracketed | edge | diverged | failed (sweeper.records.states.CellStatus)"),
-    Column("n_points", "int", "finished points"),
-    Column("n_running", "int", "points a Tune trial holds"),
-    Column("n_diverged", "int", "diverged points"),
-    Column("best_lr", "float", "the grid best"),
-    Column("best_objective", "float", "the grid best's objective"),
-    Column("interp_lr", "float", "the vertex of the parabola in log LR through the best point and its neighbours"),
-    Column("interp_objective", "float", "the parabola's value there (a model, not a measured loss)"),
-    Column("updated_at", "float", "unix seconds of this snapshot"),
-)
 
 
 @dataclass(frozen=True)
@@ -289,15 +258,18 @@ class CellRow:
     """A cell's status and optimum, as the store's `cells` table holds it."""
 
     cell: CellFacts
-    status: CellStatus
-    n_points: int = 0
-    n_running: int = 0
-    n_diverged: int = 0
-    best_lr: float | None = None
-    best_objective: float | None = None
-    interp_lr: float | None = None
-    interp_objective: float | None = None
-    updated_at: float | None = None
+    status: CellStatus = column("str", "pending | running | bracketed | edge | diverged | failed "
+                                       "(sweeper.records.states.CellStatus)", default=CellStatus.PENDING)
+    n_points: int = column("int", "finished points", default=0)
+    n_running: int = column("int", "points a Tune trial holds", default=0)
+    n_diverged: int = column("int", "diverged points", default=0)
+    best_lr: float | None = column("float", "the grid best", default=None)
+    best_objective: float | None = column("float", "the grid best's objective", default=None)
+    interp_lr: float | None = column("float", "the vertex of the parabola in log LR through the best point and its "
+                                              "neighbours", default=None)
+    interp_objective: float | None = column("float", "the parabola's value there (a model, not a measured loss)",
+                                            default=None)
+    updated_at: float | None = column("float", "unix seconds of this snapshot", default=None)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", CellStatus(self.status))
@@ -320,24 +292,15 @@ class CellRow:
 
     def columns(self) -> dict[str, Any]:
         """The row of the store's `cells` table (CELL_COLUMNS, in order)."""
-        c = self.cell
-        return {
-            "cell_id": c.cell_id, "method": c.method, "family": c.family, "size": c.size, "depth": c.depth,
-            "loops": c.loops, "width": c.width, "seed": c.seed, "params": c.params, "status": self.status.value,
-            "n_points": self.n_points, "n_running": self.n_running, "n_diverged": self.n_diverged,
-            "best_lr": self.best_lr, "best_objective": self.best_objective, "interp_lr": self.interp_lr,
-            "interp_objective": self.interp_objective, "updated_at": self.updated_at,
-        }
+        return {**_values(self.cell, cells_only=True), **_values(self)}
 
     @classmethod
     def from_columns(cls, row: Mapping[str, Any]) -> CellRow:
-        return cls(
-            cell=CellFacts.from_attrs(row["cell_id"], row), status=row.get("status") or CellStatus.PENDING,
-            n_points=row.get("n_points") or 0, n_running=row.get("n_running") or 0,
-            n_diverged=row.get("n_diverged") or 0, best_lr=row.get("best_lr"),
-            best_objective=row.get("best_objective"), interp_lr=row.get("interp_lr"),
-            interp_objective=row.get("interp_objective"), updated_at=row.get("updated_at"),
-        )
+        values = {f.name: row.get(f.name) for f in fields(cls) if "column" in f.metadata}
+        return cls(cell=CellFacts.from_attrs(row["cell_id"], row), **{k: v for k, v in values.items() if v is not None})
+
+
+CELL_COLUMNS: tuple[Column, ...] = (*_columns(CellFacts, cells_only=True), *_columns(CellRow))
 
 
 def cell_status(decision: CellDecision | None, points: Iterable[PointRow]) -> CellStatus:
