@@ -73,6 +73,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Here, not at the top: the CLI imports every command module when it starts (`sweeper validate`'s speed).
     from sweeper.analysis.fits.collect import collect
     from sweeper.analysis.fits.report import FitOptions, build_report, to_jsonable
     from sweeper.records.durable import write_json_atomic

@@ -114,6 +114,7 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Here, not at the top: the CLI imports every command module when it starts (`sweeper validate`'s speed).
     from sweeper.analysis.gamma.checkpoints import check_path
 
     paths = [Path(p) for p in args.paths]

@@ -21,7 +21,7 @@ from sweeper.records.storage_errors import describe, is_transient_text
 from sweeper.records.store import Store
 from sweeper.run.book import CellBook, Change, LedgerOp, LoadCounts
 from sweeper.run.recorder import Recorder
-from sweeper.run.tune_trials import TuneTrials
+from sweeper.run.tune_trials import LaunchStats, TuneTrials
 from sweeper.search.planner import Cell, Plan, auto_stack
 from trials.spec import StepReport, TrialSpec
 
@@ -82,7 +82,7 @@ class SweepRun:
         return self.book.cells
 
     @property
-    def stats(self) -> Any:
+    def stats(self) -> LaunchStats:
         return self.trials.stats
 
     # -- loading --------------------------------------------------------------------------------
