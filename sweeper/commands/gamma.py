@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -107,15 +106,10 @@ def _print_table(results: dict[str, Any]) -> None:
             console.print(f"  · {note}")
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def run(args: argparse.Namespace) -> int:
     # Here, not at the top: the CLI imports every command module when it starts (`sweeper validate`'s speed).
     from sweeper.analysis.gamma.checkpoints import check_path
+    from sweeper.records.durable import write_text_atomic
 
     paths = [Path(p) for p in args.paths]
     for path in paths:
@@ -134,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         from dashboards.gamma_figures import write_page
 
         out.mkdir(parents=True, exist_ok=True)
-        _write_atomic(out / "gamma.json", json.dumps(results))
+        write_text_atomic(out / "gamma.json", json.dumps(results))
         page = write_page(results, out)
     if args.json:
         json.dump(results, sys.stdout)

@@ -386,6 +386,7 @@ class TuneSession:
     experiment: str  # the Tune run of this launch
     new_name: str  # the name a new Tune run takes
     claimed: dict[str, list[str]]  # restored Tune trial -> its point ids ({} for a new run)
+    trainable: Callable[[dict[str, Any]], None] = trial_trainable  # what a Tune trial runs (its config: TrialConfig)
 
     @property
     def restored(self) -> bool:
@@ -427,7 +428,7 @@ class TuneSession:
         When Tune cannot restore its last run (it would go on with an empty run and wait forever
         for the trials it lost), their points are re-queued and a new Tune run starts;
         `on_new_run(requeued points)` is called first (the manifest records the new run)."""
-        trainable = tune.with_resources(trial_trainable, trial_resources)
+        trainable = tune.with_resources(self.trainable, trial_resources)
         restore_failure: str | None = None
         tuner: Any = None
         if self.restored:
