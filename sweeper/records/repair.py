@@ -23,7 +23,7 @@ from sweeper.records.ids import cell_id, size_labels
 from sweeper.records.ledger import Ledger
 from sweeper.records.rows import CellFacts
 from sweeper.records.storage_errors import as_user_error
-from sweeper.records.store import CURVES_SCHEMA, StoreWriter, read_curve_chunk
+from sweeper.records.store import StoreWriter, read_curve_chunk
 from sweeper.search.bracketing import LRPolicy
 from sweeper.spec.schema import load_sweep
 

@@ -19,7 +19,7 @@ from sweeper.records.rows import CellRow
 from sweeper.records.states import CellStatus
 from sweeper.records.storage_errors import describe, is_transient_text
 from sweeper.records.store import Store
-from sweeper.run.book import CellBook, Change, LedgerOp, LoadCounts
+from sweeper.run.book import CellBook, Change, LedgerOp
 from sweeper.run.recorder import Recorder
 from sweeper.run.tune_trials import LaunchStats, TuneTrials
 from sweeper.search.planner import Cell, Plan, auto_stack
