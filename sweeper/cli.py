@@ -15,7 +15,6 @@ import sys
 
 from sweeper import __version__
 from sweeper.errors import UserError
-from sweeper.records.storage_errors import DISK_ERRNOS, describe
 
 COMMANDS = [
     "validate",
@@ -79,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except OSError as exc:  # after BrokenPipeError (an OSError too): a full disk, a size limit... one line, exit 1
+        from sweeper.records.storage_errors import DISK_ERRNOS, describe  # sqlite3 and co.: not on every start
+
         if exc.errno not in DISK_ERRNOS:
             raise
         sys.stderr.write(f"error: {describe(exc)}\n")
