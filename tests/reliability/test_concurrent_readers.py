@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from sweeper.records.store import CELL_STATUSES
+from sweeper.records.states import CELL_STATUSES
 
 from .conftest import KILL_SWEEP, Driver, cli_cmd, optima_json, write_sweep
 
