@@ -39,13 +39,14 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     started = time.time()
     # Here, not at the top: the CLI imports every command module when it starts (`sweeper validate`'s speed).
-    from sweeper.records.table import make_console
-    from sweeper.search.planner import build_plan
     from sweeper.spec.schema import load_sweep
 
     if args.throughput is not None and not args.throughput > 0:
         raise UserError(f"--throughput: must be > 0 FLOP/s (got {args.throughput})")
     validated = load_sweep(args.file)
+    from sweeper.records.table import make_console  # a bad file is refused before these load
+    from sweeper.search.planner import build_plan
+
     console = make_console(stderr=args.json)
     for warning in validated.warnings:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)

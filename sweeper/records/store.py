@@ -27,7 +27,7 @@ so losing the store never loses a finished result.
 
 Versions. The manifest's `store_version` is the newest this reader understands
 (`STORE_VERSION`); a newer one is refused. A column added since a chunk was written reads as
-null. Version 2 added `loops` (the loop count of a loop-count sweep) and made `depth` always
+null (`ADDED_COLUMNS`; any other missing or unknown column is damage). Version 2 added `loops` (the loop count of a loop-count sweep) and made `depth` always
 the number of blocks; version 1 stored a loop-count sweep's loop count in `depth`: such rows
 read as version 2 would write them, with the number of blocks unknown, and `sweeper launch`
 rebuilds such a store from the ledger before it appends to it.
@@ -137,9 +137,18 @@ def _write_frame(frame: pl.DataFrame, path: Path) -> None:
     write_parquet_atomic(frame.to_arrow(), path)
 
 
+# Columns added since version 1, by the version that added them: a chunk written before reads them
+# as null. Any other column missing, or a column the schema does not know, is a damaged chunk (the
+# footer that names the columns carries no checksum: a flipped bit there renames a column).
+ADDED_COLUMNS = {"loops": 2}
+
+
 def _columns(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
-    """The frame in the schema's columns and types; a column added since the chunk was written
-    (e.g. `loops`, store version 2) reads as null."""
+    """The frame in the schema's columns and types."""
+    unknown = sorted(set(frame.columns) - set(schema))
+    missing = sorted(set(schema) - set(frame.columns) - set(ADDED_COLUMNS))
+    if unknown or missing:
+        raise ValueError(f"columns {unknown or missing} are not the store's")
     return frame.select([(pl.col(c) if c in frame.columns else pl.lit(None)).cast(t).alias(c)
                          for c, t in schema.items()])
 
