@@ -148,7 +148,7 @@ def sweep_policies(path: str, overrides: list[str]) -> list[tuple[str, list[str]
 def _print(doc: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from sweeper.run.display import make_console
+    from sweeper.records.table import make_console
     from sweeper.records.table import fmt
 
     console = make_console()

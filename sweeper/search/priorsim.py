@@ -100,7 +100,7 @@ def simulate_method(policy: LRPolicy, depths: Sequence[float], lands: Sequence[L
         if extrapolate and len({x for x, _ in known}) >= 2:
             pred = predict_optimal_lr([x for x, _ in known], [lr for _, lr in known], depth,
                                       resamples=400, seed=i, interval=interval)
-            if pred is not None and math.isfinite(pred.lr) and pred.lr > 0:  # as SweepState._initial_grid
+            if pred is not None and math.isfinite(pred.lr) and pred.lr > 0:  # as sweeper.search.prior.first_grid
                 grid = predicted_grid(policy, pred.lr, pred.lo, pred.hi)
                 had_interval = pred.lo is not None and pred.hi is not None
                 interval_covers = had_interval and pred.lo <= land.optimum <= pred.hi  # type: ignore[operator]
