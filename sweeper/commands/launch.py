@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.throughput is not None and not args.throughput > 0:
         raise UserError(f"--throughput: must be > 0 FLOP/s (got {args.throughput})")
-    validated = load_sweep(args.file)
+    validated = load_sweep(args.file, need_data=not args.dry_run)
     from sweeper.records.table import make_console  # a bad file is refused before these load
     from sweeper.search.planner import build_plan
 

@@ -111,7 +111,7 @@ def sweep_policies(path: str, overrides: list[str]) -> list[tuple[str, list[str]
     from sweeper.search.replay import describe_policy
     from sweeper.spec.yamlio import YamlProblem, load_text
 
-    cfg = load_sweep(path).config
+    cfg = load_sweep(path, need_data=False).config  # replay reads recorded losses, never the data
     patch: dict[str, Any] = {}
     for item in overrides:
         key, sep, value = item.partition("=")

@@ -75,7 +75,7 @@ def policies_from_yaml(sweep_dir: Path) -> dict[str, LRPolicy]:
     if not copies:
         return {}
     try:
-        cfg = load_sweep(copies[-1]).config
+        cfg = load_sweep(copies[-1], need_data=False).config
     except Exception:
         return {}
     sizes = size_labels(depths=cfg.model.depths, loops=cfg.model.loops, sizes=[s.name for s in cfg.model.sizes or []])

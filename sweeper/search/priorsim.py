@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the smallest depth's optimum lies within this many √2 steps of the YAML's centre")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    depths = load_sweep(args.yaml).config.model.depths
+    depths = load_sweep(args.yaml, need_data=False).config.model.depths
     if not depths:
         parser.error(f"{args.yaml}: needs model.depths")
     _, _, section = sweep_policies(args.yaml, args.policy)[0]

@@ -505,6 +505,12 @@ class Problem:
         return dotted(self.path)
 
 
+@dataclass
+class MissingFile(Problem):
+    """A data file the sweep names that is not on this machine: fatal where trials read it (validate,
+    launch), a warning for commands that never read the data (--dry-run, replay, simulation)."""
+
+
 def dotted(path: tuple[str | int, ...]) -> str:
     out = ""
     for part in path:
@@ -690,18 +696,18 @@ def _data_problems(data: DataConfig, base: Path) -> list[Problem]:
             if not _exists(resolved):
                 given = "" if resolved == value else f" (given as {value!r}, relative to the working directory)"
                 hint = PREPARE_HINT if data.source == "tokens" and key == "path" else ""
-                out.append(Problem(("data", key), f"no such file or directory: {resolved}{given}{hint}"))
+                out.append(MissingFile(("data", key), f"no such file or directory: {resolved}{given}{hint}"))
             elif data.source == "tokens" and key == "path" and os.path.isdir(resolved) and not os.path.isfile(
                 os.path.join(resolved, "manifest.json")
             ):
-                out.append(Problem(("data", key), f"{resolved}: a folder without manifest.json, so not a prepared corpus "
+                out.append(MissingFile(("data", key), f"{resolved}: a folder without manifest.json, so not a prepared corpus "
                                    f"(or its `sweeper data prepare` has not finished){PREPARE_HINT}"))
     if data.source == "hf" and not data.dataset:
         out.append(Problem(("data", "dataset"), "required for source 'hf' (a Hugging Face dataset name)"))
     if data.tokenizer and _looks_local(data.tokenizer):
         resolved = resolve_path(data.tokenizer, base)
         if not os.path.exists(resolved):
-            out.append(Problem(("data", "tokenizer"), f"no such file or directory: {resolved}"))
+            out.append(MissingFile(("data", "tokenizer"), f"no such file or directory: {resolved}"))
     return out
 
 
@@ -903,6 +909,13 @@ def _warnings(cfg: SweepConfig) -> list[str]:
 
 def validate_data(raw: Any, *, base: Path | None = None, lines: LoadedYaml | None = None) -> SweepConfig:
     """Validate a parsed sweep document; raises UserError with every problem at once."""
+    return _validate(raw, base=base, lines=lines, need_data=True)[0]
+
+
+def _validate(
+    raw: Any, *, base: Path | None, lines: LoadedYaml | None, need_data: bool
+) -> tuple[SweepConfig, list[MissingFile]]:
+    """The checks, and (when `need_data` is False) the data files found missing, set aside as warnings."""
     base = base or Path.cwd()
     problems: list[Problem] = []
     if raw is None:
@@ -925,12 +938,14 @@ def validate_data(raw: Any, *, base: Path | None = None, lines: LoadedYaml | Non
         failed = {str(p.path[0]) for p in found if p.path}
     sections = _Sections(dict(cfg)) if cfg is not None else _valid_sections(raw, failed)
     problems.extend(_cross_problems(sections, base))
+    missing = [] if need_data else [p for p in problems if isinstance(p, MissingFile)]
+    problems = [p for p in problems if p not in missing]
     if problems:
         if lines is not None:
             problems.sort(key=lambda p: lines.line_of(p.path) or 0)
         raise _user_error(problems, lines)
     assert cfg is not None
-    return cfg
+    return cfg, missing
 
 
 def _user_error(problems: list[Problem], lines: LoadedYaml | None, source: str | None = None) -> UserError:
@@ -945,8 +960,12 @@ def _user_error(problems: list[Problem], lines: LoadedYaml | None, source: str |
     return UserError(head, details=rendered)
 
 
-def load_sweep(path: str | os.PathLike[str], *, base: Path | None = None) -> Validated:
-    """Read, parse and validate a sweep file."""
+def load_sweep(path: str | os.PathLike[str], *, base: Path | None = None, need_data: bool = True) -> Validated:
+    """Read, parse and validate a sweep file.
+
+    `need_data=False` is for commands that never read the training data (launch --dry-run, replay,
+    simulation, plots of a stored sweep): a data file missing on this machine is then a warning.
+    """
     source = Path(path)
     label = str(path)
     try:
@@ -954,10 +973,11 @@ def load_sweep(path: str | os.PathLike[str], *, base: Path | None = None) -> Val
     except YamlProblem as exc:
         raise _relabel(UserError(exc.message), label) from None
     try:
-        cfg = validate_data(loaded.data, base=base, lines=loaded)
+        cfg, missing = _validate(loaded.data, base=base, lines=loaded, need_data=need_data)
     except UserError as exc:
         raise _relabel(exc, label) from None
-    return Validated(cfg, source, _warnings(cfg))
+    notes = [_relabel(_user_error([m], loaded), label).message + " (this command does not read the data)" for m in missing]
+    return Validated(cfg, source, notes + _warnings(cfg))
 
 
 def _relabel(exc: UserError, label: str) -> UserError:

@@ -37,3 +37,25 @@ def test_shipped_sweep_validates(path: Path):
     cfg = validated.config
     assert cfg.name == path.stem
     assert cfg.methods and (cfg.model.depths or cfg.model.sizes or getattr(cfg.model, "loops", None))
+
+
+@pytest.mark.parametrize("name", sorted(NEEDS_LOCAL_DATA))
+def test_commands_that_never_read_the_data_plan_without_it(name: str):
+    """`launch --dry-run`, `replay` and `status --repair` load the sweep with need_data=False: a data
+    path missing here (the corpus lives on the cluster) is a warning naming it, not an error."""
+    missing = NEEDS_LOCAL_DATA[name]
+    if Path(missing).exists():
+        pytest.skip(f"{missing} exists on this machine")
+    validated = load_sweep(SWEEPS / name, need_data=False)
+    assert validated.config.name == Path(name).stem
+    assert any(missing in w and "data.path" in w and "does not read the data" in w for w in validated.warnings)
+
+
+def test_a_dry_run_of_depth_yaml_plans_without_its_corpus(capsys):
+    from sweeper.cli import main
+
+    if Path(NEEDS_LOCAL_DATA["depth.yaml"]).exists():
+        pytest.skip("the corpus exists on this machine")
+    assert main(["launch", str(SWEEPS / "depth.yaml"), "--dry-run", "--json"]) == 0
+    assert main(["validate", str(SWEEPS / "depth.yaml")]) == 2
+    assert "data.path" in capsys.readouterr().err
