@@ -167,6 +167,8 @@ def write_plots(data: SweepData, out: Path, formats: list[str], *, scale: float 
                            config=HTML_CONFIG, validate=True)  # fmt: skip
             written.setdefault(name, []).append(path.name)
             paths.append(path)
+    if "html" in formats and (out / "plotly.min.js").is_file():
+        paths.append(out / "plotly.min.js")  # written by include_plotlyjs="directory": the pages open offline
     if static:
         for path in write_static(specs, out, static, scale=scale):
             written.setdefault(path.stem, []).append(path.name)

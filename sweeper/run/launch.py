@@ -114,7 +114,7 @@ def launch(plan: Plan, *, address: str | None = None, retry_failed: bool = False
             raise
         raise as_user_error(exc, sweep_dir.ledger_url(plan), what=RESUME_HINT) from None
     finally:
-        lock.close()
+        sweep_dir.release_driver_lock(lock)
 
 
 def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str | None, *, address: str | None,

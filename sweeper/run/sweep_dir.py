@@ -187,3 +187,15 @@ def hold_driver_lock(sweep_dir: Path) -> TextIO:
     handle.write(f"pid {os.getpid()} on {os.uname().nodename}\n")
     handle.flush()
     return handle
+
+
+def release_driver_lock(handle: TextIO) -> None:
+    """Empty the lock file before the kernel releases the lock, so it never names a driver that ended
+    (a SIGKILLed driver leaves its pid, but the lock itself is free and the next launch takes it)."""
+    try:
+        handle.seek(0)
+        handle.truncate()
+        handle.flush()
+    except OSError:
+        pass  # a full disk must not hide the sweep's own outcome; the lock is released below either way
+    handle.close()

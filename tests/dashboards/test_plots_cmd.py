@@ -31,6 +31,7 @@ def test_html_plots_are_byte_identical_on_every_run_and_work_offline(finished_di
     a, b = tree(first), tree(second)
     assert a == b
     assert set(a) == {f"{name}.html" for name in figures.FIGURES} | {"plotly.min.js", "index.html"}
+    assert f"wrote {len(b)} files to {second}" in result.stdout  # the count names every file, plotly.min.js too
     for name in figures.FIGURES:
         page = a[f"{name}.html"].decode()
         assert f'id="sweeper-{name}"' in page

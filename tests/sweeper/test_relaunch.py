@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 
 import pytest
@@ -102,12 +104,15 @@ def test_yaml_copies_are_kept_per_change(tmp_path):
 
 
 def test_one_driver_per_sweep_directory(tmp_path):
-    from sweeper.run.sweep_dir import hold_driver_lock
+    from sweeper.run.sweep_dir import hold_driver_lock, release_driver_lock
 
     sweep = tmp_path / "sweep"
     sweep.mkdir()
     first = hold_driver_lock(sweep)
     with pytest.raises(UserError, match=r"another `sweeper launch` is running this sweep \(pid \d+"):
         hold_driver_lock(sweep)
-    first.close()
-    hold_driver_lock(sweep).close()  # released: the next driver may run
+    release_driver_lock(first)
+    assert (sweep / "driver.lock").read_text() == ""  # an ended driver's pid is not left behind
+    second = hold_driver_lock(sweep)  # released: the next driver may run
+    assert f"pid {os.getpid()}" in (sweep / "driver.lock").read_text()
+    release_driver_lock(second)
