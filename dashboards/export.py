@@ -34,10 +34,10 @@ HTML_CONFIG = {"displaylogo": False, "responsive": True, "toImageButtonOptions":
 def parse_formats(text: str) -> list[str]:
     chosen = [part.strip().lower() for part in text.split(",") if part.strip()]
     if not chosen:
-        raise UserError(f"--format: empty (choose from {', '.join(FORMATS)})")
+        raise UserError(f"--file-types: empty (choose from {', '.join(FORMATS)})")
     unknown = [f for f in chosen if f not in FORMATS]
     if unknown:
-        raise UserError(f"--format: unknown format {unknown[0]!r} (choose from {', '.join(FORMATS)}, comma-separated)")
+        raise UserError(f"--file-types: unknown format {unknown[0]!r} (choose from {', '.join(FORMATS)}, comma-separated)")
     return sorted(set(chosen), key=FORMATS.index)
 
 
@@ -173,6 +173,8 @@ def write_plots(data: SweepData, out: Path, formats: list[str], *, scale: float 
         for path in write_static(specs, out, static, scale=scale):
             written.setdefault(path.stem, []).append(path.name)
             paths.append(path)
+    if "html" in formats and (out / "plotly.min.js").is_file():  # the pages' script, written beside them by plotly
+        paths.append(out / "plotly.min.js")
     index = out / "index.html"
     index.write_text(_index_page(data.name, written), encoding="utf-8")
     paths.append(index)

@@ -22,6 +22,7 @@ import os
 import tempfile
 from typing import Any
 
+from sweeper.cliargs import add_format
 from sweeper.errors import UserError
 
 
@@ -41,7 +42,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="cpu (default), or cuda (the default with --suite)")
     p.add_argument("--dtype", choices=["fp32", "bf16"], default=None, help="fp32, or bf16 autocast (default: fp32 on cpu, bf16 on cuda)")
     p.add_argument("--seq-len", type=int, default=128, help="tokens per sequence (default 128)")
-    p.add_argument("--batch", type=int, default=8, help="sequences per step (default 8)")
+    p.add_argument("--batch-size", "--batch", dest="batch", type=int, default=8, help="sequences per step (default 8)")
     p.add_argument("--vocab", type=int, default=None,
                    help="vocabulary (default 256, the built-in corpus's bytes; with --data-path, the corpus's)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
@@ -67,7 +68,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--data-path", default=None, metavar="PATH",
                    help="train on (and with --data measure) a prepared corpus (`sweeper data prepare`) or token file; "
                         "--vocab defaults to its vocabulary")
-    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    add_format(p)
     suite = p.add_argument_group("the GPU suite (every GPU check in one run; see `sweeper.commands.bench_suite`)")
     suite.add_argument("--suite", choices=["gpu"], default=None,
                        help="run every GPU check (throughput, CUDA graphs, stacking, MFU, memory model, determinism, "

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sweeper.cliargs import add_format
 from sweeper.errors import UserError
 
 
@@ -67,7 +68,7 @@ def register(subparsers: Any) -> None:
                         help="resampling scheme (default residual: small-sample calibrated residual bootstrap)")
     parser.add_argument("--resamples", type=_resamples_arg, default=2000, help="bootstrap resamples (default 2000)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap random seed (default 0: reproducible)")
-    parser.add_argument("--json", action="store_true", help="print the fits.json document instead of tables")
+    add_format(parser)
     parser.add_argument("--no-write", action="store_true", help="do not write DIR/fits.json")
     parser.set_defaults(func=run)
 

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sweeper.cliargs import add_format
 from sweeper.errors import UserError
 from sweeper.analysis.gamma.layouts import RULES, SITE_GROUPS
 
@@ -54,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "keep per model configuration and seed only the member that finished ok with the lowest loss",
     )
     parser.add_argument("--out", metavar="DIR", help="write gamma.json and gamma.html (figures) here")
-    parser.add_argument("--json", action="store_true", help="print the full results as JSON on stdout")
+    add_format(parser)
     parser.set_defaults(func=run)
 
 

@@ -1,4 +1,10 @@
-"""`sweeper launch SWEEP.yaml [--address ADDR] [--dry-run]`: run (or resume, or extend) a sweep."""
+"""`sweeper launch SWEEP.yaml [KEY=VALUE ...] [--address ADDR] [--dry-run]`: run (or resume, or extend) a sweep.
+
+`KEY=VALUE` overrides (`train.steps=400`) are set on the file before it is validated, and are
+recorded in the sweep directory (its manifest and YAML copy): a relaunch without them applies the
+recorded ones, so it resumes the same sweep; a relaunch that changes one is a change of settings,
+refused like an edit of the file for cells that have results.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sweeper.cliargs import add_format, add_out, add_overrides
 from sweeper.errors import UserError
 from sweeper.search.bracketing import initial_grid
 
@@ -26,13 +33,15 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument("file", help="the sweep YAML file")
+    add_overrides(parser)
     parser.add_argument("--address", help="join an existing Ray cluster ('auto', HOST:PORT or ray://HOST:PORT)")
-    parser.add_argument("--output", help="sweep directory (overrides the YAML's `output`)")
+    add_out(parser, "the sweep directory (default: the YAML's `output`, else runs/NAME)", aliases=("--output",),
+            metavar="DIR")
     parser.add_argument("--dry-run", action="store_true", help="print the plan (cells, grids, FLOPs, GPU-hours) and exit")
     parser.add_argument("--throughput", type=float, default=DEFAULT_THROUGHPUT,
                         help=f"FLOP/s per GPU assumed by --dry-run (default {DEFAULT_THROUGHPUT:.0e})")
     parser.add_argument("--retry-failed", action="store_true", help="run failed points again")
-    parser.add_argument("--json", action="store_true", help="print the plan or the final summary as JSON")
+    add_format(parser)
     parser.set_defaults(func=run)
 
 
@@ -43,14 +52,24 @@ def run(args: argparse.Namespace) -> int:
 
     if args.throughput is not None and not args.throughput > 0:
         raise UserError(f"--throughput: must be > 0 FLOP/s (got {args.throughput})")
-    validated = load_sweep(args.file, need_data=not args.dry_run)
+    validated = load_sweep(args.file, need_data=not args.dry_run, overrides=args.overrides)
     from sweeper.records.table import make_console  # a bad file is refused before these load
     from sweeper.search.planner import build_plan
 
     console = make_console(stderr=args.json)
+    plan = build_plan(validated.config, output=args.out, source=Path(args.file))
+    recorded = recorded_overrides(plan.sweep_dir)
+    if recorded and not set(recorded) <= set(validated.overrides):
+        from sweeper.spec.overrides import merge_texts  # (see above)
+
+        merged = merge_texts(recorded, validated.overrides)
+        kept = [o for o in merged if o not in validated.overrides]
+        console.print(f"overrides recorded in {plan.sweep_dir} applied: {' '.join(kept)}", highlight=False)
+        validated = load_sweep(args.file, need_data=not args.dry_run, overrides=merged)
+        plan = build_plan(validated.config, output=args.out, source=Path(args.file))
+    plan.overrides, plan.document = validated.overrides, validated.document
     for warning in validated.warnings:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
-    plan = build_plan(validated.config, output=args.output, source=Path(args.file))
     if args.dry_run:
         return dry_run(plan, args.throughput, as_json=args.json, console=console)
     from sweeper.run.launch import launch  # Ray, Optuna and the trial code: only to run the sweep
@@ -65,6 +84,18 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_summary(summary, console)
     return 130 if summary.interrupted else 0
+
+
+def recorded_overrides(sweep_dir: Path) -> list[str]:
+    """The overrides an earlier launch recorded in the sweep directory's manifest (none for a new sweep)."""
+    manifest = sweep_dir / "manifest.json"
+    if not manifest.is_file():
+        return []
+    try:
+        found = json.loads(manifest.read_text()).get("overrides") or []
+    except (OSError, ValueError):
+        return []  # launch itself reports an unreadable manifest
+    return [str(o) for o in found]
 
 
 def print_summary(summary: Any, console: Any) -> None:

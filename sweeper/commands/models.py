@@ -14,6 +14,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
+from sweeper.cliargs import add_format
 from sweeper.errors import UserError
 
 
@@ -40,7 +41,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--scheme", default="pre", help="count the norm gains of this scheme (default: pre)")
     parser.add_argument("--seq-len", type=_positive_int, default=None, metavar="T",
                         help="sequence length for the attention FLOPs (default: each config's seq_len, 256)")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    add_format(parser)
     parser.set_defaults(func=run)
 
 

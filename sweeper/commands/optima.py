@@ -9,6 +9,8 @@ import json
 import sys
 from typing import Any
 
+from sweeper.cliargs import add_format
+
 COLUMNS = ("method", "size", "seed", "status", "best_lr", "best_loss", "interp_lr", "interp_objective",
            "n_points", "n_diverged", "n_failed", "n_running", "params", "depth", "cell_id")
 
@@ -24,7 +26,7 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument("dir", help="the sweep directory")
-    parser.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    add_format(parser, choices=("table", "csv", "json"))
     parser.set_defaults(func=run)
 
 
@@ -33,12 +35,14 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from sweeper.records.results import optima, points_per_bracketed_cell
+    from sweeper.records.store import read_manifest
     from sweeper.records.table import STATUS_STYLE, fmt, make_console
 
     rows = optima(args.dir)
     average = points_per_bracketed_cell(rows)
     if args.format == "json":
-        print(json.dumps({"cells": rows, "points_per_bracketed_cell": average}, indent=2, default=str))
+        print(json.dumps({"name": read_manifest(args.dir).get("name"), "dir": str(args.dir), "cells": rows,
+                          "points_per_bracketed_cell": average}, indent=2, default=str))
         return 0
     if args.format == "csv":
         buffer = io.StringIO()
@@ -48,8 +52,9 @@ def run(args: argparse.Namespace) -> int:
             writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in COLUMNS})
         sys.stdout.write(buffer.getvalue())
         return 0
-    table = Table(header_style="bold", title=f"optima of {args.dir}", title_justify="left")
-    for name in ("method", "size", "seed", "status", "best lr", "best loss", "interp lr", "parabola min",
+    title = f"{read_manifest(args.dir).get('name')} ({args.dir}): optima"  # as `sweeper status` titles it
+    table = Table(header_style="bold", title=title, title_justify="left")
+    for name in ("method", "size", "seed", "status", "best lr", "best loss", "interp lr", "interp objective",
                  "points", "diverged"):
         table.add_column(name, justify="left" if name in ("method", "size", "status") else "right", no_wrap=True)
     for r in rows:
@@ -67,6 +72,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         console.print("no bracketed cells yet")
     console.print("interp lr: the vertex of a parabola in log LR through the best grid point and its two neighbours; "
-                  "parabola min: the parabola's value there (a model, not a measured loss: fits use the best loss)",
+                  "interp objective: the parabola's value there (a model, not a measured loss: fits use the best loss)",
                   highlight=False, style="dim")
     return 0

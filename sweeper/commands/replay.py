@@ -13,6 +13,8 @@ import json
 import re
 from typing import Any
 
+from sweeper.cliargs import add_format
+
 # `--shifts -3..3`: argparse reads an argument that starts with '-' as an option unless it looks
 # like a negative number; teach this command's parser that a negative range is a value.
 _NEGATIVE_VALUE = re.compile(r"^-\d+(\.\.-?\d+)?$|^-\d+(,-?\d+)+$|^-\d*\.\d+$")
@@ -48,7 +50,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--policy", action="append", default=[], metavar="KEY=VALUE",
                         help="override a key of the sweep's `lr` section for this replay (repeatable), "
                              "e.g. --policy points=3 --policy refine=false")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_format(parser)
     parser.set_defaults(func=run)
 
 

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sweeper.cliargs import add_format
 from sweeper.errors import UserError
 
 
@@ -18,7 +19,7 @@ def register(subparsers: Any) -> None:
         description="Show every cell of a sweep: status, points done/running/diverged, best and interpolated LR.",
     )
     parser.add_argument("dir", help="the sweep directory")
-    parser.add_argument("--json", action="store_true", help="print the cells as JSON")
+    add_format(parser)
     parser.add_argument("--watch", type=float, metavar="SECONDS", help="refresh every SECONDS until interrupted")
     parser.add_argument("--repair", action="store_true",
                         help="rebuild the results store from the ledger (the old store is moved aside, not deleted)")
@@ -60,8 +61,13 @@ def run(args: argparse.Namespace) -> int:
             except KeyboardInterrupt:
                 return 0
     if args.json:
+        from sweeper.records.results import optima  # the same fields as `sweeper optima --json`
+
         rows = load_cells(args.dir).to_dicts()
-        print(json.dumps({"name": manifest.get("name"), "cells": rows}, indent=2, default=str))
+        by_id = {row["cell_id"]: row for row in optima(args.dir)}
+        for row in rows:  # the same names for the same quantities as `sweeper optima` (best_loss, n_failed too)
+            row.update({k: v for k, v in by_id.get(row["cell_id"], {}).items() if k not in row})
+        print(json.dumps({"name": manifest.get("name"), "dir": str(args.dir), "cells": rows}, indent=2, default=str))
         return 0
     console.print(_render(args.dir, manifest))
     return 0
@@ -84,5 +90,5 @@ def _render(sweep_dir: str, manifest: dict[str, Any]) -> Any:
     tail = ""
     if last.get("wall_seconds") is not None:
         tail = f" · last launch: wall {last['wall_seconds']:.0f} s, training {last.get('train_seconds', 0):.0f} s summed"
-    head = Text(f"{manifest.get('name')}: {counts_line(status_counts(rows))} · {when}{tail}", style="bold")
+    head = Text(f"{manifest.get('name')} ({sweep_dir}): {counts_line(status_counts(rows))} · {when}{tail}", style="bold")
     return Group(head, cells_table(rows, progress=progress(sweep_dir)))

@@ -23,11 +23,13 @@ import sys
 import time
 from typing import Any
 
+from sweeper.cliargs import add_format, add_overrides
 from sweeper.errors import UserError
 
 DEFAULT_STEPS = 200
 DEFAULT_SEQ_LEN = 128
 DEFAULT_BATCH = 8
+OVERRIDE_SECTIONS = ("train", "model", "data", "divergence")
 
 
 def register(subparsers: Any) -> None:
@@ -37,6 +39,7 @@ def register(subparsers: Any) -> None:
         description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_overrides(p)  # SECTION.KEY=VALUE: the same syntax as launch's, for train., model., data., divergence.
     p.add_argument("--method", required=True, help="normalization scheme (see `sweeper models`)")
     p.add_argument("--depth", required=True, type=int, help="number of blocks L")
     p.add_argument("--width", type=int, default=64, help="model width d (default 64)")
@@ -47,7 +50,7 @@ def register(subparsers: Any) -> None:
     budget.add_argument("--tokens", type=int, help="training tokens per learning rate")
     budget.add_argument("--tokens-per-param", type=float, help="training tokens per parameter (80 = 4x Chinchilla)")
     p.add_argument("--seq-len", type=int, default=DEFAULT_SEQ_LEN, help=f"tokens per sequence (default {DEFAULT_SEQ_LEN})")
-    p.add_argument("--batch", type=int, default=DEFAULT_BATCH, help=f"sequences per step (default {DEFAULT_BATCH})")
+    p.add_argument("--batch-size", "--batch", dest="batch", type=int, default=DEFAULT_BATCH, help=f"sequences per step (default {DEFAULT_BATCH})")
     p.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",
                    help="data setting, e.g. source=jsonl, path=corpus.jsonl, tokenizer=tok.json (default: the built-in corpus);"
                         " a bare word is the source")
@@ -58,8 +61,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--checkpoint-dir", help="checkpoint here and resume from here")
-    p.add_argument("--export-dir", help="write each LR's final weights here (<i>/model.safetensors + config.json)")
-    p.add_argument("--json", action="store_true", help="print the results as JSON (no progress bar)")
+    p.add_argument("--out", "--export-dir", dest="export_dir", metavar="DIR",
+                   help="write each LR's final weights here (<i>/model.safetensors + config.json)")
+    add_format(p)
     p.set_defaults(func=run)
 
 
@@ -117,12 +121,18 @@ def build_configs(args: argparse.Namespace) -> tuple[dict[str, Any], Any, Any, A
     from models.registry import scheme_names
     from trials.config import DataConfig, DivergenceConfig, TrainConfig
 
+    for override in getattr(args, "overrides", []):  # `train.eval_every=20` is `--train eval_every=20`
+        section, dot, rest = override.partition(".")
+        if not dot or section not in OVERRIDE_SECTIONS or "=" not in rest:
+            raise UserError(f"override {override!r}: expected SECTION.KEY=VALUE with SECTION one of "
+                            f"{', '.join(OVERRIDE_SECTIONS)} (e.g. train.eval_every=20)")
+        getattr(args, section).append(rest)
     names = scheme_names()
     if args.method not in names:
         near = difflib.get_close_matches(args.method, names, n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
         raise UserError(f"--method {args.method!r}: unknown scheme{hint} (available: {', '.join(names)})")
-    for flag, value in (("--depth", args.depth), ("--width", args.width), ("--seq-len", args.seq_len), ("--batch", args.batch)):
+    for flag, value in (("--depth", args.depth), ("--width", args.width), ("--seq-len", args.seq_len), ("--batch-size", args.batch)):
         if value < 1:
             raise UserError(f"{flag} {value}: must be >= 1")
     bad = [lr for lr in args.lr if not (math.isfinite(lr) and lr > 0)]

@@ -35,7 +35,7 @@ def cells_table(rows: Iterable[dict[str, Any]], *, progress: dict[str, str] | No
     table = Table(title=title, title_justify="left", header_style="bold", pad_edge=False)
     for name, justify in (("method", "left"), ("size", "left"), ("seed", "right"), ("status", "left"),
                           ("done", "right"), ("run", "right"), ("div", "right"), ("best lr", "right"),
-                          ("best loss", "right"), ("interp lr", "right")):
+                          ("best objective", "right"), ("interp lr", "right")):
         table.add_column(name, justify=justify, no_wrap=True)
     if progress is not None:
         table.add_column("progress", justify="left", no_wrap=True)

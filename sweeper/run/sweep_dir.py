@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import polars as pl
+import yaml
 
 from sweeper.errors import UserError
 from sweeper.records.durable import write_json_atomic, write_text_atomic
@@ -33,10 +34,10 @@ def check_output_dir(plan: Plan) -> dict[str, Any] | None:
     if not path.exists():
         return None
     if not path.is_dir():
-        raise UserError(f"{path}: exists and is not a directory; choose another output (--output)")
+        raise UserError(f"{path}: exists and is not a directory; choose another output (--out)")
     if not is_sweep_dir(path):
         if any(path.iterdir()):
-            raise UserError(f"{path}: exists, is not empty and is not a sweep directory; choose another output (--output)")
+            raise UserError(f"{path}: exists, is not empty and is not a sweep directory; choose another output (--out)")
         return None
     manifest = read_manifest(path)
     check_compatible(plan, manifest)
@@ -59,7 +60,7 @@ def check_compatible(plan: Plan, manifest: dict[str, Any]) -> None:
             details.append(f"{which}: {diff}")
         raise UserError(
             f"{plan.sweep_dir}: this YAML changes settings of cells that already have results, which would mix "
-            "incomparable results; restore the settings, or give a new output directory (--output)",
+            "incomparable results; restore the settings, or give a new output directory (--out)",
             details=details,
         )
     url = manifest.get("ledger")
@@ -72,7 +73,7 @@ def check_corpus(plan: Plan, manifest: dict[str, Any] | None, corpus: str | None
     if corpus and manifest and manifest.get("corpus") and manifest["corpus"] != corpus:
         raise UserError(
             f"{plan.sweep_dir}: the corpus changed since this sweep started (fingerprint {manifest['corpus']} "
-            f"then, {corpus} now); results would not be comparable: restore the data or use a new output (--output)"
+            f"then, {corpus} now); results would not be comparable: restore the data or use a new output (--out)"
         )
 
 
@@ -104,16 +105,23 @@ def prepare(plan: Plan, old: dict[str, Any] | None, corpus: str | None) -> tuple
     manifest = manifest_for(plan, old, ledger_url(plan))
     if corpus and not manifest.get("corpus"):
         manifest["corpus"] = corpus
-    yaml_name = save_yaml_copy(plan.sweep_dir, plan.source)
+    manifest["overrides"] = list(plan.overrides)
+    yaml_name = save_yaml_copy(plan.sweep_dir, plan.source, plan.overrides, plan.document)
     write_json_atomic(plan.sweep_dir / MANIFEST, manifest)
     return manifest, yaml_name
 
 
-def save_yaml_copy(sweep_dir: Path, source: Path | None) -> str | None:
-    """Keep the YAML as launched: sweep.yaml, then sweep.N.yaml whenever it changes."""
+def save_yaml_copy(sweep_dir: Path, source: Path | None, overrides: list[str] | None = None,
+                   document: Any = None) -> str | None:
+    """Keep the YAML as launched: sweep.yaml, then sweep.N.yaml whenever it changes. With command-line
+    overrides the copy is the document they produced (launching the copy needs none), headed by them."""
     if source is None:
         return None
     text = source.read_text()
+    if overrides:
+        head = "".join(f"#   {o}\n" for o in overrides)
+        text = (f"# {source.name} as launched with these overrides (already set below):\n{head}"
+                + yaml.safe_dump(document, sort_keys=False, allow_unicode=True))
     copies = sorted(sweep_dir.glob("sweep*.yaml"), key=lambda p: _copy_index(p.name))
     if copies and copies[-1].read_text() == text:
         return copies[-1].name
@@ -166,7 +174,7 @@ def check_ledger_has_the_store(url: str, entries: list[LedgerEntry], store_point
         raise UserError(
             f"{url}: the ledger has no record of {len(missing)} finished point(s) that the store holds "
             f"(e.g. {missing[0]}): it was replaced or damaged. Restore it from a backup, or launch into a new "
-            "--output; the store is left as it is (sweeper status/optima still read it)"
+            "--out; the store is left as it is (sweeper status/optima still read it)"
         )
 
 

@@ -42,9 +42,11 @@ from pydantic_core import PydanticCustomError
 
 from models.config import ModelConfig
 from models.family_settings import loop_settings, looped_depth, vit_settings
+from models.registry import get_scheme, make_scheme
 from sweeper.errors import UserError
 from sweeper.search.bracketing import LRPolicy
 from sweeper.spec import catalog
+from sweeper.spec import overrides as overrides_
 from sweeper.spec.yamlio import LoadedYaml, YamlProblem, load_file
 from trials.config import DataConfig, DivergenceConfig, TrainConfig
 
@@ -711,6 +713,18 @@ def _data_problems(data: DataConfig, base: Path) -> list[Problem]:
     return out
 
 
+def _partial_data(raw: Any) -> DataConfig | None:
+    """The file-naming keys of a `data` section that failed validation, when they validate on their own."""
+    if not isinstance(raw, dict):
+        return None
+    keys = ("source", "path", "val_path", "tokenizer", "dataset")
+    subset = {k: raw[k] for k in keys if k in raw and isinstance(raw[k], str)}
+    try:
+        return DataConfig.model_validate(subset)
+    except ValidationError:
+        return None
+
+
 def _looks_local(name: str) -> bool:
     return name.startswith((".", "/", "~")) or name.endswith((".json", ".model"))
 
@@ -785,6 +799,8 @@ def _cross_problems(sec: _Sections, base: Path) -> list[Problem]:
     if sec.has("model"):
         out.extend(_shape_problems(sec.model))
         out.extend(_family_problems(sec.model))
+    if sec.has("model", "methods"):
+        out.extend(_scheme_problems(sec.methods, sec.model))
     if sec.has("model", "data"):
         data, model = sec.data, sec.model
         byte_level = data.tokenizer is None and data.source not in ("tokens", "hf", "images", "builtin_images")
@@ -833,6 +849,58 @@ def _cross_problems(sec: _Sections, base: Path) -> list[Problem]:
     if sec.has("output") and sec.output is not None and not sec.output.strip():
         out.append(Problem(("output",), "must not be empty"))
     return out
+
+
+def _scheme_problems(methods: list[MethodSpec], model: ModelSection) -> list[Problem]:
+    """Each method's scheme options, read as the planner's scheme will read them: keys the scheme does not
+    take (named where they are written, with the nearest allowed key), then values it refuses at some depth."""
+    out: list[Problem] = []
+    reported_model_keys: set[str] = set()
+    for i, method in enumerate(methods):
+        try:
+            allowed = sorted(get_scheme(method.scheme_name).defaults)
+        except ValueError:
+            continue  # an unknown scheme is reported by MethodSpec
+        unknown = False
+        for key in method.scheme_options:
+            if key not in allowed:
+                unknown = True
+                out.append(Problem(("methods", i, "scheme_options", key), _unknown_option(key, method.scheme_name, allowed)))
+        for key in model.scheme_options:
+            if key not in allowed and key not in method.scheme_options:
+                unknown = True
+                if key not in reported_model_keys:
+                    reported_model_keys.add(key)
+                    out.append(Problem(("model", "scheme_options", key),
+                                       _unknown_option(key, method.scheme_name, allowed) + f" (method {method.name!r})"))
+        if unknown:
+            continue
+        options = deep_merge(model.scheme_options, method.scheme_options)
+        for depth in _depths_of(model):
+            try:
+                make_scheme(method.scheme_name, depth, options)
+            except (ValueError, TypeError, KeyError) as exc:
+                path = ("methods", i, "scheme_options") if method.scheme_options else ("methods", i)
+                out.append(Problem(path, f"at depth {depth}: {exc}"))
+                break
+    return out
+
+
+def _unknown_option(key: str, scheme: str, allowed: list[str]) -> str:
+    return (f"unknown option {key!r} for scheme {scheme!r}{catalog.suggest(key, allowed)} "
+            f"(allowed: {', '.join(allowed) or 'none'})")
+
+
+def _depths_of(model: ModelSection) -> list[int]:
+    """The numbers of blocks the sweep's networks have (the planner's shapes, without counting)."""
+    if model.depths is not None:
+        return sorted(set(model.depths))
+    if model.loops is not None:
+        try:
+            return [looped_depth(model.extra)]
+        except ValueError:
+            return []  # reported by _family_problems
+    return sorted({s.shape().depth for s in model.sizes or [] if s.shape().depth})
 
 
 def _shape_problems(model: ModelSection) -> list[Problem]:
@@ -889,6 +957,8 @@ class Validated:
     config: SweepConfig
     source: Path
     warnings: list[str] = field(default_factory=list)
+    overrides: list[str] = field(default_factory=list)  # KEY=VALUE texts applied on top of the file
+    document: Any = None  # the document validated: the file's, with the overrides set
 
 
 def _warnings(cfg: SweepConfig) -> list[str]:
@@ -913,7 +983,8 @@ def validate_data(raw: Any, *, base: Path | None = None, lines: LoadedYaml | Non
 
 
 def _validate(
-    raw: Any, *, base: Path | None, lines: LoadedYaml | None, need_data: bool
+    raw: Any, *, base: Path | None, lines: LoadedYaml | None, need_data: bool,
+    overrides: list[overrides_.Override] | None = None,
 ) -> tuple[SweepConfig, list[MissingFile]]:
     """The checks, and (when `need_data` is False) the data files found missing, set aside as warnings."""
     base = base or Path.cwd()
@@ -938,21 +1009,30 @@ def _validate(
         failed = {str(p.path[0]) for p in found if p.path}
     sections = _Sections(dict(cfg)) if cfg is not None else _valid_sections(raw, failed)
     problems.extend(_cross_problems(sections, base))
+    if "data" in failed:  # a typo elsewhere in `data` must not hide a missing file until the next run
+        partial = _partial_data(raw.get("data"))
+        if partial is not None:
+            problems.extend(_data_problems(partial, base))
     missing = [] if need_data else [p for p in problems if isinstance(p, MissingFile)]
     problems = [p for p in problems if p not in missing]
     if problems:
         if lines is not None:
             problems.sort(key=lambda p: lines.line_of(p.path) or 0)
-        raise _user_error(problems, lines)
+        raise _user_error(problems, lines, overrides=overrides)
     assert cfg is not None
     return cfg, missing
 
 
-def _user_error(problems: list[Problem], lines: LoadedYaml | None, source: str | None = None) -> UserError:
+def _user_error(problems: list[Problem], lines: LoadedYaml | None, source: str | None = None,
+                overrides: list[overrides_.Override] | None = None) -> UserError:
     rendered = []
     for p in problems:
+        given = _override_of(p.path, overrides or [])
         line = lines.line_of(p.path) if lines else None
-        where = f"{source}:{line}: " if source and line else (f"{source}: " if source else (f"line {line}: " if line else ""))
+        if given is not None:
+            where = f"override {given.text!r}: "
+        else:
+            where = f"{source}:{line}: " if source and line else (f"{source}: " if source else (f"line {line}: " if line else ""))
         rendered.append(f"{where}{p.dotted()}: {p.message}")
     if len(rendered) == 1:
         return UserError(rendered[0])
@@ -960,8 +1040,18 @@ def _user_error(problems: list[Problem], lines: LoadedYaml | None, source: str |
     return UserError(head, details=rendered)
 
 
-def load_sweep(path: str | os.PathLike[str], *, base: Path | None = None, need_data: bool = True) -> Validated:
-    """Read, parse and validate a sweep file.
+def _override_of(path: tuple[str | int, ...], given: list[overrides_.Override]) -> overrides_.Override | None:
+    """The last override that set `path` or a mapping above it (its problems are named by the override)."""
+    found = None
+    for override in given:
+        if path[: len(override.path)] == override.path:
+            found = override
+    return found
+
+
+def load_sweep(path: str | os.PathLike[str], *, base: Path | None = None, need_data: bool = True,
+               overrides: list[str] | tuple[str, ...] = ()) -> Validated:
+    """Read, parse and validate a sweep file, with `KEY=VALUE` overrides set on top (`sweeper.spec.overrides`).
 
     `need_data=False` is for commands that never read the training data (launch --dry-run, replay,
     simulation, plots of a stored sweep): a data file missing on this machine is then a warning.
@@ -972,12 +1062,15 @@ def load_sweep(path: str | os.PathLike[str], *, base: Path | None = None, need_d
         loaded = load_file(source)
     except YamlProblem as exc:
         raise _relabel(UserError(exc.message), label) from None
+    given = overrides_.parse(list(overrides))
+    document = overrides_.apply(loaded.data, given) if given else loaded.data
     try:
-        cfg, missing = _validate(loaded.data, base=base, lines=loaded, need_data=need_data)
+        cfg, missing = _validate(document, base=base, lines=loaded, need_data=need_data, overrides=given)
     except UserError as exc:
         raise _relabel(exc, label) from None
-    notes = [_relabel(_user_error([m], loaded), label).message + " (this command does not read the data)" for m in missing]
-    return Validated(cfg, source, notes + _warnings(cfg))
+    notes = [_relabel(_user_error([m], loaded, overrides=given), label).message + " (this command does not read the data)"
+             for m in missing]
+    return Validated(cfg, source, notes + _warnings(cfg), overrides=[o.text for o in given], document=document)
 
 
 def _relabel(exc: UserError, label: str) -> UserError:

@@ -19,7 +19,7 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
     return code, out, err
 
 
-BASE = ["--method", "pre", "--depth", "1", "--width", "32", "--seq-len", "16", "--batch", "2"]
+BASE = ["--method", "pre", "--depth", "1", "--width", "32", "--seq-len", "16", "--batch-size", "2"]
 
 
 @pytest.mark.parametrize(
