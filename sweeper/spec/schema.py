@@ -880,7 +880,14 @@ def _scheme_problems(methods: list[MethodSpec], model: ModelSection) -> list[Pro
             try:
                 make_scheme(method.scheme_name, depth, options)
             except (ValueError, TypeError, KeyError) as exc:
-                path = ("methods", i, "scheme_options") if method.scheme_options else ("methods", i)
+                named = re.search(r"scheme_options\.(\w+)", str(exc))  # the option the scheme names, where it is written
+                key = named.group(1) if named else None
+                if key in method.scheme_options:
+                    path: tuple[str | int, ...] = ("methods", i, "scheme_options", key)
+                elif key in model.scheme_options:
+                    path = ("model", "scheme_options", key)
+                else:
+                    path = ("methods", i, "scheme_options") if method.scheme_options else ("methods", i)
                 out.append(Problem(path, f"at depth {depth}: {exc}"))
                 break
     return out
