@@ -19,13 +19,76 @@ from sweeper.cliargs import add_format
 from sweeper.errors import UserError
 
 
-def _size_arg(text: str) -> float:
-    from sweeper.analysis.fits.units import parse_size
+def _size_arg(text: str) -> str:
+    """A --to value, checked as a size now; what it means waits for the axis (see `resolve_targets`)."""
+    from sweeper.analysis.fits.units import parse_size  # (see `run`)
 
     try:
-        return parse_size(text)
+        parse_size(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def resolve_targets(texts: list[str], axis: str, n_def: str, results: Any) -> tuple[list[float], list[str]]:
+    """The --to values on the fit's axis, and one note per named size resolved.
+
+    On `params`, a named size (`1.3B`, `350M`) is that model's own parameter count under `--n`
+    (the sweep's count when the sweep trained that size, else the named configuration's), not the
+    number its name rounds to: the 1.3B model has 1.21e9 non-embedding parameters. On a depth or loop
+    axis a size suffix is an error: `--to 1.3B` there would be 1.3e9 blocks."""
+    from models.counting import count_params  # no torch: counts from the configuration
+    from models.named import named_configs
+    from sweeper.analysis.fits.units import format_size, parse_size
+
+    named = named_configs()
+    out: list[float] = []
+    notes: list[str] = []
+    for text in texts:
+        value = parse_size(text)
+        has_suffix = text.strip()[-1:].isalpha()
+        if axis == "depth" and has_suffix:
+            what, unit = ("loop count", "loops") if results.loops_axis else ("block count", "blocks")
+            raise UserError(f"--to {text}: a size suffix on a {'loop-count' if results.loops_axis else 'depth'} axis "
+                            f"(that would be {value:.3g} {unit}); give a {what}, e.g. --to 1024, or fit on --x params")
+        if axis == "params" and text.strip() in named:
+            sweep_n = [s.scale.n_value(n_def) for s in results.sizes if s.size == text.strip()]
+            if sweep_n and sweep_n[0]:
+                n, where = sweep_n[0], "as the sweep trained it"
+            else:
+                counts = count_params(named[text.strip()])
+                n, where = float(counts["nonembed" if n_def == "nonembed" else "total"]), "the named configuration"
+            kind = "non-embedding" if n_def == "nonembed" else "total"
+            notes.append(f"--to {text}: the {text.strip()} model's own N = {format_size(n)} ({n:.4g}) {kind} "
+                         f"parameters ({where})")
+            value = n
+        out.append(value)
+    return out, notes
+
+
+def replaced_note(old: dict[str, Any] | None, new: dict[str, Any]) -> str | None:
+    """What a rerun replaces in fits.json (targets, axis, options), or None when nothing the reader sees changes."""
+    if not old:
+        return None
+    from sweeper.analysis.fits.units import format_size  # (see `run`)
+
+    changes = []
+    if old.get("x") != new.get("x"):
+        changes.append(f"x: {old.get('x')} → {new.get('x')}")
+    old_targets, new_targets = old.get("targets") or [], new.get("targets") or []
+    if old_targets != new_targets:
+        show = lambda ts: ", ".join(format_size(t) for t in ts) or "none"  # noqa: E731
+        changes.append(f"targets: {show(old_targets)} → {show(new_targets)}")
+    for key in sorted(set(old.get("options") or {}) | set(new.get("options") or {})):
+        a, b = (old.get("options") or {}).get(key), (new.get("options") or {}).get(key)
+        if a != b:
+            changes.append(f"{key}: {a} → {b}")
+    if old.get("e_model") != new.get("e_model"):
+        changes.append(f"E: {old.get('e_model')} → {new.get('e_model')}")
+    old_inputs, new_inputs = old.get("inputs") or {}, new.get("inputs") or {}
+    if old_inputs.get("lr_source") != new_inputs.get("lr_source"):
+        changes.append(f"lr_source: {old_inputs.get('lr_source')} → {new_inputs.get('lr_source')}")
+    return "; ".join(changes) if changes else None
 
 
 def _resamples_arg(text: str) -> int:
@@ -80,12 +143,17 @@ def run(args: argparse.Namespace) -> int:
     from sweeper.records.durable import write_json_atomic
     from sweeper.records.store import FITS
 
+    from sweeper.records.store import load_fits
+
     started = time.perf_counter()
     root = Path(args.dir)
     results = collect(root, include_edge=args.include_edge, lr_source=args.lr_source)
     axis = args.x or results.default_x
+    targets, notes = resolve_targets(args.to, axis, args.n_def, results)
+    for note in notes:
+        sys.stderr.write(f"{note}\n")
     opts = FitOptions(
-        x=axis, n_def=args.n_def, c_def=args.c_def, targets=tuple(args.to), resamples=args.resamples,
+        x=axis, n_def=args.n_def, c_def=args.c_def, targets=tuple(targets), resamples=args.resamples,
         seed=args.seed, scheme=args.bootstrap, include_edge=args.include_edge, lr_source=args.lr_source,
         shared_e=args.shared_e,
     )
@@ -94,6 +162,13 @@ def run(args: argparse.Namespace) -> int:
     doc = to_jsonable(build_report(results, opts))
     doc["elapsed_s"] = time.perf_counter() - started
     if not args.no_write:
+        try:
+            previous = load_fits(root)
+        except UserError:
+            previous = None  # an unreadable fits.json is simply replaced
+        change = replaced_note(previous if isinstance(previous, dict) else None, doc)
+        if change:  # the dashboards draw what fits.json holds: say what they will stop showing
+            sys.stderr.write(f"replacing {root / FITS} ({change})\n")
         write_json_atomic(root / FITS, doc)
     if args.json:
         json.dump(doc, sys.stdout, indent=2, sort_keys=True)

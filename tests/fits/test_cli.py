@@ -101,3 +101,41 @@ def test_fits_import_neither_torch_nor_ray() -> None:
             "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'ray'}); print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "[]"
+
+
+# Issue 18 item 5 and issue 16 item 4, in-process (sweeper.cli.main) for speed.
+
+
+def test_a_size_suffix_on_a_depth_axis_is_refused(make_sweep, capsys) -> None:
+    from sweeper.cli import main
+
+    sweep = make_sweep(truths=TRUTHS, depths=DEPTHS, noise=0.003)
+    assert main(["fit", str(sweep), "--to", "1.3B", "--resamples", "200"]) == 2
+    err = capsys.readouterr().err
+    assert "--to 1.3B: a size suffix on a depth axis (that would be 1.3e+09 blocks); give a block count" in err
+    assert not (sweep / "fits.json").exists()
+
+
+def test_a_named_size_resolves_to_its_own_parameter_count(make_sweep, capsys) -> None:
+    from sweeper.cli import main
+
+    sweep = make_sweep(truths=TRUTHS, depths=DEPTHS, noise=0.003)
+    for n_def, lo, hi in (("nonembed", 1.20e9, 1.22e9), ("total", 1.33e9, 1.35e9)):  # the 1.3B model: 1.21e9 / 1.34e9
+        assert main(["fit", str(sweep), "--x", "params", "--n", n_def, "--to", "1.3B", "2e9", "--resamples", "200",
+                     "--json"]) == 0
+        out = capsys.readouterr()
+        targets = json.loads(out.out)["targets"]
+        assert lo < targets[0] < hi and targets[1] == 2e9, (n_def, targets)
+        assert "--to 1.3B: the 1.3B model's own N" in out.err
+
+
+def test_a_rerun_says_what_it_replaces(make_sweep, capsys) -> None:
+    from sweeper.cli import main
+
+    sweep = make_sweep(truths=TRUTHS, depths=DEPTHS, noise=0.003)
+    assert main(["fit", str(sweep), "--to", "1024", "--resamples", "200", "--json"]) == 0
+    assert "replacing" not in capsys.readouterr().err  # nothing to replace yet
+    assert main(["fit", str(sweep), "--resamples", "300", "--json"]) == 0
+    err = capsys.readouterr().err
+    assert f"replacing {sweep / 'fits.json'} (targets: 1024 → none; resamples: 200 → 300)" in err
+    assert json.loads((sweep / "fits.json").read_text())["targets"] == []
