@@ -25,6 +25,7 @@ COMMANDS = [
     "launch",
     "status",
     "optima",
+    "export",
     "replay",
     "fit",
     "dashboard",

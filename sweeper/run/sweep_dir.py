@@ -97,6 +97,7 @@ def manifest_for(plan: Plan, old: dict[str, Any] | None, ledger: str) -> dict[st
     shared = {k: plan.cells[0].compat[k] for k in ("data", "divergence")} if plan.cells else {}
     manifest["compat_key"] = fingerprint_of(shared)
     manifest["x"] = plan.axis  # depth, loops or params: what the fits and dashboards put on the x axis
+    manifest["keep_weights"] = plan.config.keep_weights  # `sweeper export` says why there are none
     return manifest
 
 

@@ -452,6 +452,13 @@ class SweepConfig(Strict):
     ray: RaySection = RaySection()
     ledger: str = Field("sqlite", description="'sqlite' (DIR/ledger.db) or an Optuna storage URL")
     export_weights: bool = Field(False, description="write each point's final weights (for `sweeper gamma`)")
+    keep_weights: Literal["best", "none"] = Field(
+        "best",
+        description=(
+            "best: each cell keeps the final weights of its current best point in DIR/weights/ (a new best replaces "
+            "them; `sweeper export` writes them out); none: keep no weights"
+        ),
+    )
 
     # -- helpers used by the planner ------------------------------------------------------------
     def method(self, name: str) -> MethodSpec:

@@ -72,6 +72,14 @@ def test_tiny_sweep_brackets_every_cell(ray_session, tmp_path, capsys):
         done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
         best = mine.filter(pl.col("state") == "ok").sort("objective")[0]
         assert min(t.value for t in done) == pytest.approx(best["objective"][0])
+    # Each cell kept the final weights of its best point (written by the real trial, kept by the driver).
+    from sweeper.run.weights import kept_dir, kept_point
+
+    for cid in cells["cell_id"]:
+        best = points.filter((pl.col("cell_id") == cid) & (pl.col("state") == "ok")).sort("objective")[0]
+        assert kept_point(kept_dir(sweep, cid)) == best["point_id"][0]
+        assert (kept_dir(sweep, cid) / "model.safetensors").stat().st_size > 0
+    assert not (sweep / "weights" / ".staging").exists()
     # optima reads the same numbers.
     assert main(["optima", str(sweep), "--format", "json"]) == 0
     optima = json.loads(capsys.readouterr().out)
