@@ -840,6 +840,7 @@ def _cross_problems(sec: _Sections, base: Path) -> list[Problem]:
                 out.append(Problem(("resources", "by_size", i, "max_depth"), "only for a depth sweep (model.depths)"))
         if sec.has("train") and sec.train.device == "cuda" and res.gpu == 0 and not any((r.gpu or 0) > 0 for r in res.by_size):
             out.append(Problem(("train", "device"), "'cuda' needs resources.gpu > 0 (Ray hides GPUs from trials without)"))
+    out.extend(_unit_problems(sec))
     if sec.has("ledger") and sec.ledger != "sqlite":
         scheme = sec.ledger.split(":", 1)[0].lower()
         if scheme != "journal" and scheme not in _STORAGE_SCHEMES:
@@ -915,6 +916,33 @@ def _depths_of(model: ModelSection) -> list[int]:
         except ValueError:
             return []  # reported by _family_problems
     return sorted({s.shape().depth for s in model.sizes or [] if s.shape().depth})
+
+
+MAX_TOKENS_PER_PARAM = 100_000  # Chinchilla is 20; 4x Chinchilla 80
+MAX_MEMORY_GB = 4096
+
+
+def _unit_problems(sec: _Sections) -> list[Problem]:
+    """Numbers that are valid but almost surely in the wrong unit: a token budget below one step
+    (`tokens: 1.5` meaning 1.5 billion), tokens per parameter in the millions, memory in bytes or MiB."""
+    out: list[Problem] = []
+    if sec.has("train", "model") and sec.model.family != "vit":
+        per_step = sec.train.batch_size * sec.model.seq_len
+        if sec.train.tokens is not None and sec.train.tokens < per_step:
+            out.append(Problem(("train", "tokens"), f"{sec.train.tokens} tokens is less than one step ({per_step} tokens: "
+                               "batch_size × seq_len); give a count of tokens, e.g. 1.5e9 for 1.5 billion"))
+    if sec.has("train") and sec.train.tokens_per_param is not None and sec.train.tokens_per_param > MAX_TOKENS_PER_PARAM:
+        out.append(Problem(("train", "tokens_per_param"), f"{sec.train.tokens_per_param:g} tokens per parameter "
+                           f"(at most {MAX_TOKENS_PER_PARAM:g}; Chinchilla is 20): a token count given here? use "
+                           "train.tokens"))
+    if sec.has("resources"):
+        rules = [(("resources", "memory_gb"), sec.resources.memory_gb)]
+        rules += [(("resources", "by_size", i, "memory_gb"), r.memory_gb) for i, r in enumerate(sec.resources.by_size)]
+        for path, value in rules:
+            if value is not None and value > MAX_MEMORY_GB:
+                out.append(Problem(path, f"{value:g} GiB per trial (at most {MAX_MEMORY_GB}); memory_gb is in GiB, "
+                                   "not bytes or MiB"))
+    return out
 
 
 def _shape_problems(model: ModelSection) -> list[Problem]:

@@ -187,3 +187,14 @@ def test_trial_takes_the_same_override_syntax(tmp_path, capsys):
     assert train.eval_every == 7 and divergence.spike_patience == 9
     code, _, err = run(capsys, "trial", "--method", "pre", "--depth", "1", "--lr", "1e-3", "lr.center=1")
     assert code == 2 and "override 'lr.center=1': expected SECTION.KEY=VALUE" in err
+
+
+@pytest.mark.parametrize("replace, message", [
+    ({"steps: 20,": "tokens: 1.5,"}, "train.tokens: expected a whole number (got 1.5)"),
+    ({"steps: 20,": "tokens: 15,"}, "train.tokens: 15 tokens is less than one step (128 tokens: batch_size × seq_len)"),
+    ({"steps: 20,": "tokens_per_param: 2e9,"}, "train.tokens_per_param: 2e+09 tokens per parameter"),
+    ({"lr: {": "resources: {memory_gb: 8e9}\nlr: {"}, "resources.memory_gb: 8e+09 GiB per trial"),
+])
+def test_unit_mix_ups_are_named(tmp_path, capsys, replace, message):
+    code, _, err = run(capsys, "validate", str(write(tmp_path, base(tmp_path, **replace))))
+    assert code == 2 and message in err, err
