@@ -207,6 +207,7 @@ class Trial:
         checkpoint_dir: str | Path | None = None,
         export_dir: str | Path | None = None,
         should_stop: Callable[[], bool] | None = None,
+        export_best_only: bool = False,
     ) -> list[PointResult]:
         ckpt_root = Path(checkpoint_dir) if checkpoint_dir is not None else None
         if ckpt_root is not None and (found := latest_checkpoint(ckpt_root)) is not None:
@@ -239,7 +240,7 @@ class Trial:
             self.train_seconds += time.perf_counter() - started
         written = self.save(ckpt_root) if ckpt_root is not None and self._saved_step != self.step else None
         if export_dir is not None and self.finished:
-            self.export(Path(export_dir))
+            self.export(Path(export_dir), best_only=export_best_only)
         if isinstance(self.stream, Prefetcher):
             self.stream.close()  # its read-ahead thread ends with the run
         results = self.results()
@@ -488,14 +489,21 @@ class Trial:
             return self.model.member_state_dict(self.slots.index(m))
         return self.frozen[m]
 
-    def export(self, root: Path) -> None:
-        """Each member's final weights: `root/<i>/model.safetensors` + `config.json`."""
+    def export(self, root: Path, *, best_only: bool = False) -> None:
+        """Each member's final weights: `root/<i>/model.safetensors` + `config.json`. With `best_only`, only
+        the member with the lowest objective among those that finished ok (the only one that can be its
+        cell's best: a sweep keeps each cell's best weights, and a 1.3B member is 5 GB)."""
         from safetensors.torch import save_file
 
         from trials.data.base import write_atomic
 
         results = self.results()
-        for m, result in enumerate(results):
+        chosen = range(len(results))
+        if best_only:
+            ok = [m for m, r in enumerate(results) if r.outcome == "ok" and r.objective is not None]
+            chosen = [min(ok, key=lambda m: results[m].objective)] if ok else []  # type: ignore[arg-type, return-value]
+        for m in chosen:
+            result = results[m]
             folder = root / str(m)
             folder.mkdir(parents=True, exist_ok=True)
             tmp = folder / f".model.safetensors.{os.getpid()}.tmp"

@@ -47,6 +47,7 @@ class TrialConfig:
     lrs: list[float]
     point_ids: list[str]
     export_dir: str | None = None
+    export_best_only: bool = False  # the trial writes only its best member's weights (kept weights, not exports/)
 
     def to_tune(self) -> dict[str, Any]:
         """The Ray Tune config: the trial spec plus what the sweeper's adapters read back."""
@@ -56,6 +57,8 @@ class TrialConfig:
         config: dict[str, Any] = {"spec": spec.to_dict(), "cell_id": cell.cell_id, "resources": dict(cell.resources)}
         if self.export_dir is not None:
             config["export_dir"] = self.export_dir
+            if self.export_best_only:
+                config["export_members"] = "best"
         return config
 
 
@@ -132,7 +135,8 @@ class SweepRun:
         pids = [c.row.point_id for c in changes]
         self._record(changes)
         self.trials.assigned(tune_trial_id, pids)
-        return TrialConfig(cell, [c.row.lr for c in changes], pids, self._export_dir(cid, tune_trial_id))
+        return TrialConfig(cell, [c.row.lr for c in changes], pids, self._export_dir(cid, tune_trial_id),
+                           export_best_only=not self.plan.config.export_weights)
 
     def _export_dir(self, cid: str, tune_trial_id: str) -> str | None:
         """Where the trial writes its members' final weights: exports/ (all kept) or a staging folder

@@ -85,6 +85,7 @@ def test_each_cell_keeps_its_current_best_and_export_loads_it(tmp_path, capsys):
     while (config := next_config(state, f"t{n}")) is not SWEEP_DONE:
         assert config is not None
         assert config["export_dir"].startswith(str(sweep_dir / "weights" / ".staging"))
+        assert config["export_members"] == "best"  # a trial writes its best ok member only (tests/trials: the real export)
         play(state, f"t{n}", config)
         kept_after_each_trial.append(kept_point(kept_dir(sweep_dir, cid)))
         n += 1

@@ -86,6 +86,16 @@ def test_export_layout(tmp_path: Path) -> None:
     assert results[1].outcome == "diverged"
 
 
+def test_export_of_the_best_member_only(tmp_path: Path) -> None:
+    spec = make_spec([3e-3, 1e-2, 60.0], steps=6)
+    results = run_trial(spec, export_dir=tmp_path / "w", export_best_only=True)
+    ok = [r for r in results if r.outcome == "ok"]
+    best = min(ok, key=lambda r: r.objective)
+    (folder,) = (tmp_path / "w").iterdir()  # one member written: the lowest objective among the ok ones
+    assert folder.name == str(results.index(best))
+    assert json.loads((folder / "config.json").read_text())["point_id"] == best.point_id
+
+
 def test_finished_checkpoint_returns_results_without_training(tmp_path: Path) -> None:
     spec = make_spec([3e-3], steps=4, checkpoint_every=100)
     done = run_trial(spec, checkpoint_dir=tmp_path)
