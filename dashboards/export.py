@@ -173,8 +173,6 @@ def write_plots(data: SweepData, out: Path, formats: list[str], *, scale: float 
         for path in write_static(specs, out, static, scale=scale):
             written.setdefault(path.stem, []).append(path.name)
             paths.append(path)
-    if "html" in formats and (out / "plotly.min.js").is_file():  # the pages' script, written beside them by plotly
-        paths.append(out / "plotly.min.js")
     index = out / "index.html"
     index.write_text(_index_page(data.name, written), encoding="utf-8")
     paths.append(index)

@@ -80,6 +80,7 @@ def test_tiny_sweep_brackets_every_cell(ray_session, tmp_path, capsys):
         assert kept_point(kept_dir(sweep, cid)) == best["point_id"][0]
         assert (kept_dir(sweep, cid) / "model.safetensors").stat().st_size > 0
     assert not (sweep / "weights" / ".staging").exists()
+    assert (sweep / "driver.lock").read_text() == ""  # the lock names no driver once the sweep ended
     # optima reads the same numbers.
     assert main(["optima", str(sweep), "--format", "json"]) == 0
     optima = json.loads(capsys.readouterr().out)
