@@ -77,7 +77,9 @@ def replaced_note(old: dict[str, Any] | None, new: dict[str, Any]) -> str | None
         changes.append(f"x: {old.get('x')} → {new.get('x')}")
     old_targets, new_targets = old.get("targets") or [], new.get("targets") or []
     if old_targets != new_targets:
-        show = lambda ts: ", ".join(format_size(t) for t in ts) or "none"  # noqa: E731
+        def show(ts: list[float]) -> str:
+            return ", ".join(format_size(t) for t in ts) or "none"
+
         changes.append(f"targets: {show(old_targets)} → {show(new_targets)}")
     for key in sorted(set(old.get("options") or {}) | set(new.get("options") or {})):
         a, b = (old.get("options") or {}).get(key), (new.get("options") or {}).get(key)
@@ -141,9 +143,7 @@ def run(args: argparse.Namespace) -> int:
     from sweeper.analysis.fits.collect import collect
     from sweeper.analysis.fits.report import FitOptions, build_report, to_jsonable
     from sweeper.records.durable import write_json_atomic
-    from sweeper.records.store import FITS
-
-    from sweeper.records.store import load_fits
+    from sweeper.records.store import FITS, load_fits
 
     started = time.perf_counter()
     root = Path(args.dir)

@@ -114,7 +114,9 @@ def apply(doc: Any, overrides: list[Override]) -> Any:
 
 
 def _cannot(override: Override, depth: int, why: str) -> UserError:
-    from sweeper.spec.schema import dotted  # the one spelling of a field path (schema imports this module)
+    from sweeper.spec.schema import (
+        dotted,  # the one spelling of a field path (schema imports this module)
+    )
 
     return UserError(f"override {override.text!r}: {dotted(override.path[: depth + 1])}: {why} in the file")
 

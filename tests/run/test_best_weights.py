@@ -15,10 +15,10 @@ from models.build import build_model
 from models.config import ModelConfig
 from models.exported import load_exported
 from sweeper.cli import main
+from sweeper.records.durable import write_json_atomic
 from sweeper.run.sweep_dir import manifest_for
 from sweeper.run.sweep_run import SWEEP_DONE, SweepRun
 from sweeper.run.weights import kept_dir, kept_point
-from sweeper.records.durable import write_json_atomic
 from tests.run.driving import end, make_sweep, member, next_config, report, result
 
 OPT = 0.01
