@@ -33,6 +33,7 @@ COMMANDS = [
     "bench",
     "gamma",
     "data",
+    "completion",
 ]
 
 
