@@ -4,7 +4,10 @@
 
 The learning rates are trained side by side as one stacked model (same initial weights, same
 batches), with a live progress bar (per-LR training loss, tokens/s, ETA), then a table of final
-evaluation losses and outcomes. Defaults suit the built-in corpus (the interpreter's stdlib
+evaluation losses (± their standard error over the eval batches) and outcomes: `ok`, `diverged`,
+or `stalled` when the final loss is not `divergence.stall_margin` nats below the loss of predicting
+every token by its training frequency on the same eval batches (the header shows it, and the data's
+unigram entropy). Defaults suit the built-in corpus (the interpreter's stdlib
 sources, byte-level, vocab 256): sequences of 128 tokens, 8 per step, 200 steps, warmup 5% then
 cosine to 10%, AdamW (0.9, 0.95), weight decay 0.1, clipping 1.0, evaluation every 50 steps on
 4 held-out batches. Anything else: `--data KEY=VALUE`, `--train KEY=VALUE`, `--model KEY=VALUE`,
@@ -247,6 +250,10 @@ def _train(args: argparse.Namespace, spec: Any, source: Any) -> int:
         if not args.json:
             console.print(header)
             console.print(f"data: {source.description} [dim]{source.fingerprint}[/dim]")
+            if trial.unigram is not None:
+                console.print(f"{trial.unigram.describe()}; a run is stalled unless its final eval loss is "
+                              f"{spec.divergence.stall_margin:g} nats (divergence.stall_margin) below "
+                              f"{trial.unigram_loss:.4f}, the frequency-only loss on the eval batches")
         progress = Progress(
             TextColumn("[bold]step"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[losses]}"),
             TextColumn("{task.fields[speed]}"), TextColumn("ETA"), TimeRemainingColumn(), TimeElapsedColumn(),
@@ -280,7 +287,9 @@ def _train(args: argparse.Namespace, spec: Any, source: Any) -> int:
 
     if args.json:
         doc = {
-            "spec": spec.to_dict(), "results": [r.to_dict() for r in results], "wall_seconds": wall,
+            "spec": spec.to_dict(), "results": [r.to_dict() for r in results],
+            "unigram_entropy": trial.unigram.to_dict() if trial.unigram is not None else None,
+            "unigram_loss": trial.unigram_loss, "wall_seconds": wall,
             "train_seconds": seconds, "tokens_per_second": tokens_per_s, "stopped": trial.stopped,
         }
         print(json.dumps(doc, indent=2))
@@ -290,10 +299,11 @@ def _train(args: argparse.Namespace, spec: Any, source: Any) -> int:
     for col, justify in (("lr", "right"), ("outcome", "left"), ("final eval loss", "right"), ("init loss", "right"),
                          ("steps", "right"), ("note", "left")):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
-    best = min((r.loss for r in results if r.loss is not None), default=None)
+    best = min((r.loss for r in results if r.loss is not None and r.outcome == "ok"), default=None)
     for r in results:
-        style = {"ok": "green", "diverged": "red", "failed": "yellow"}[r.outcome]
-        loss = _fmt_loss(r.loss) + (" *" if r.loss is not None and r.loss == best and len(results) > 1 else "")
+        style = {"ok": "green", "diverged": "red", "stalled": "magenta", "failed": "yellow"}[r.outcome]
+        loss = _fmt_loss(r.loss) + (f" ± {r.loss_se:.4f}" if r.loss is not None and r.loss_se is not None else "")
+        loss += " *" if r.outcome == "ok" and r.loss == best and len(results) > 1 else ""
         table.add_row(f"{r.lr:.4g}", f"[{style}]{r.outcome}[/{style}]", loss, _fmt_loss(r.init_loss), str(r.steps),
                       r.reason or "")
     console.print(table)

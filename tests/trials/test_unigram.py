@@ -131,3 +131,18 @@ def test_unigram_entropy_needs_no_torch() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env={**os.environ})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["tokens", "False"]
+
+
+def test_frequency_only_loss_on_given_targets() -> None:
+    from trials.data.unigram import UnigramEntropy
+
+    u = UnigramEntropy(entropy_nats([3, 1]), 4, True, "tokens", "planted", np.array([3, 1]))
+    # Half a count per id of a vocabulary of 3: p = (3.5, 1.5, 0.5) / 5.5.
+    p = {0: 3.5 / 5.5, 1: 1.5 / 5.5, 2: 0.5 / 5.5}
+    targets = np.array([0, 0, 1, 2])
+    assert u.cross_entropy(targets, vocab=3) == pytest.approx(-sum(math.log(p[t]) for t in targets) / 4)
+    # With many counts the smoothing vanishes: the loss on the training tokens themselves is their entropy.
+    src = open_source(DataConfig(source="synthetic", synthetic_vocab=32, synthetic_tokens=4096))
+    u = src.unigram_entropy()
+    assert u.cross_entropy(np.asarray(src.train), 32) == pytest.approx(u.nats, abs=0.01)
+    assert u.counts.sum() == u.counted == len(src.train)
