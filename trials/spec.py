@@ -156,7 +156,7 @@ class PointResult:
     outcome: Outcome
     loss: float | None  # final evaluation loss; None unless ok or stalled
     objective: float | None  # what bracketing minimises (loss, or 1 - accuracy); None unless ok
-    accuracy: float | None
+    accuracy: float | None  # top-1 (the ViT; LMs with objective `error`); None unless ok or stalled
     init_loss: float | None
     diverged_step: int | None
     reason: str | None

@@ -507,12 +507,11 @@ class Trial:
             else:
                 outcome, steps = "failed", self.step
                 reason = f"stopped at step {self.step} of {self.steps}" if self.stopped else "no final evaluation"
-            ok = outcome == "ok"
-            accuracy = self.accuracy[m] if ok else None
+            finished = outcome in ("ok", "stalled")  # trained to the end: the final loss and accuracy are kept
+            accuracy = self.accuracy[m] if finished else None
             objective = None
-            if ok:
+            if outcome == "ok":  # a stalled run is never an optimum
                 objective = loss if self.spec.train.objective == "loss" else (None if accuracy is None else 1.0 - accuracy)
-            finished = outcome in ("ok", "stalled")
             out.append(PointResult(
                 point_id=pid, lr=lr, outcome=outcome,  # type: ignore[arg-type]
                 loss=loss if finished else None, objective=objective, accuracy=accuracy,
