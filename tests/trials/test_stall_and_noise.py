@@ -109,11 +109,11 @@ def test_eval_se_matches_an_independent_computation() -> None:
         assert r.loss == pytest.approx(statistics.fmean(column), abs=1e-5)
         assert r.loss_se == pytest.approx(statistics.stdev(column) / math.sqrt(5), rel=1e-4)
         assert 0 < r.loss_se < 0.5
-        assert final[k]["eval_loss_se"] == r.loss_se and final[k]["eval_loss"] == r.loss
+        assert final[k].eval_loss_se == r.loss_se and final[k].eval_loss == r.loss
     # Every evaluation carries its SE (step 10 as well), reports between evaluations none.
     at_10 = [rep for rep in reports if rep.step == 10][0]
-    assert all(m["eval_loss_se"] is not None for m in at_10.members)
-    assert all(m["eval_loss_se"] is None for rep in reports if rep.step % 10 for m in rep.members)
+    assert all(m.eval_loss_se is not None for m in at_10.members)
+    assert all(m.eval_loss_se is None for rep in reports if rep.step % 10 for m in rep.members)
 
 
 def test_vit_eval_se_over_unequal_batches() -> None:
@@ -173,7 +173,7 @@ def test_stalled_and_healthy_members_in_a_trial() -> None:
     assert stalled.unigram_loss == trial.unigram_loss and stalled.unigram_entropy == pytest.approx(3.2509, abs=1e-4)
     assert stalled.reason.startswith(f"stalled: final eval loss {stalled.loss:.4f} is ")
     # Only the final evaluation judges: at step 30 the run was just as stuck, and still `running`.
-    assert [(r.step, r.members[0]["state"]) for r in reports] == [(30, "running"), (60, "stalled")]
-    assert reports[-1].members[0]["reason"] == stalled.reason
+    assert [(r.step, r.members[0].state) for r in reports] == [(30, "running"), (60, "stalled")]
+    assert reports[-1].members[0].reason == stalled.reason
     _, (healthy,), _ = run("pre", 2, [1e-2])
     assert healthy.outcome == "ok" and healthy.loss < healthy.unigram_loss - 0.2 and healthy.reason is None
