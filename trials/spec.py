@@ -169,6 +169,8 @@ class PointResult:
     flops_per_token: float
     loss_se: float | None = None  # standard error of `loss` over the eval batches (None: one batch, or no loss)
     unigram_entropy: float | None = None  # the data's unigram (images: class-frequency) entropy, nats
+    unigram_counted: int | None = None  # training tokens (labels) it was computed from
+    unigram_exact: bool | None = None  # every training token counted (False: estimated from the first `counted`)
     unigram_loss: float | None = None  # predicting by training frequencies on the same eval batches: the stall baseline
     loss_batches: list[float] | None = None  # the final evaluation's mean loss per eval batch (the same batches for
     #                                          every LR, seed and size of a sweep: differences can be compared paired)

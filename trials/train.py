@@ -521,6 +521,8 @@ class Trial:
                 flops_per_token=self.flops_per_token,
                 loss_se=_finite_or_none(self.eval_loss_se[m]) if finished else None,
                 unigram_entropy=self.unigram.nats if self.unigram is not None else None,
+                unigram_counted=self.unigram.counted if self.unigram is not None else None,
+                unigram_exact=self.unigram.exact if self.unigram is not None else None,
                 unigram_loss=self.unigram_loss,
                 loss_batches=self.eval_batch_losses[m] if finished else None,
             ))

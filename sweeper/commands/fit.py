@@ -210,6 +210,35 @@ def _trust(section: dict[str, Any] | None) -> Any:
     return Text("yes", style="green") if section.get("trustworthy") else Text("NO", style="bold red")
 
 
+def _points_table(doc: dict[str, Any], x_name: str) -> Any:
+    """The fitted points: per (method, size) the mean over seeds, the seeds' spread and the SEs."""
+    from rich.table import Table
+
+    from sweeper.analysis.fits.units import format_size
+
+    table = Table(title="Fitted points: best loss, mean over seeds", title_justify="left", header_style="bold")
+    for col in ("method", "size", x_name, "loss", "seeds", "seeds' spread (sd)", "SE of the mean", "eval SE",
+                "per seed (± eval SE)"):
+        table.add_column(col, justify="left" if col in ("method", "size", "per seed (± eval SE)") else "right")
+    for method, m in doc["methods"].items():
+        for row in m["sizes"]:
+            per_seed = []
+            for value, se in zip(row["loss_seeds"], row.get("loss_se_seeds") or [None] * len(row["loss_seeds"])):
+                per_seed.append(f"{value:.4f}" + (f" ± {se:.4f}" if se is not None else ""))
+            table.add_row(method, row["size"], format_size(row["x"]) if row["x"] else "—", f"{row['loss']:.4f}",
+                          str(len(row["seeds"])), _g(row.get("loss_sd"), ".4f"), _g(row.get("loss_se"), ".4f"),
+                          _g(row.get("loss_eval_se"), ".4f"), ", ".join(per_seed))
+    failed = doc["inputs"].get("failed") or []
+    if failed:
+        by: dict[tuple[str, str], list[str]] = {}
+        for cell in failed:
+            by.setdefault((cell["method"], cell["size"]), []).append(f"s{cell['seed']} {cell['status']}")
+        table.caption = "no usable learning rate (every point diverged or stalled): " + "; ".join(
+            f"{m} {size} ({', '.join(v)})" for (m, size), v in sorted(by.items()))
+        table.caption_justify = "left"
+    return table
+
+
 def render(doc: dict[str, Any], written: Path | None) -> None:
     """The fits as rich tables: loss fits, predictions, LR laws, ranking, sensitivity, then every warning."""
     from rich.console import Console
@@ -248,6 +277,7 @@ def render(doc: dict[str, Any], written: Path | None) -> None:
         loss.add_row(method, str(lf["n_points"]), _iv(lf["E"]), _iv(lf["A"]), _iv(lf["alpha"], ".3g"),
                      _iv(lf["loglog_slope"], ".3g"), held, _trust(lf))
     console.print(loss)
+    console.print(_points_table(doc, x_name))
 
     lr = Table(title=f"Optimal LR vs {x_name}: LR* = c·x^b", title_justify="left", header_style="bold")
     for col in ("method", "n", "exponent b", "c", "trust"):

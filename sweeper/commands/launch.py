@@ -83,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(summary.to_dict(), indent=2, default=str))
     else:
         print_summary(summary, console)
+        if not summary.interrupted and plan.config.next:
+            console.print(f"[bold]then:[/] {plan.config.next.strip()}", highlight=False)
     return 130 if summary.interrupted else 0
 
 
@@ -127,6 +129,11 @@ def print_summary(summary: Any, console: Any) -> None:
             f"{resumed.get('retried', 0)} failed points retried",
             highlight=False,
         )
+    failed = {k: v for k, v in summary.counts.items() if k in ("diverged", "stalled") and v}
+    if failed:
+        console.print(f"{sum(failed.values())} cell(s) found no usable learning rate (every point diverged or "
+                      "stalled: learned nothing beyond token frequencies); `sweeper optima` lists them, the plots "
+                      "mark them as failed", highlight=False)
     if summary.interrupted:
         console.print("relaunch the same command to resume")
     else:

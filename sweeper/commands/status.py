@@ -16,7 +16,8 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "status",
         help="show a sweep's cells (running or finished), or rebuild its store with --repair",
-        description="Show every cell of a sweep: status, points done/running/diverged, best and interpolated LR.",
+        description=("Show every cell of a sweep: status, points done/running/diverged/stalled, best and interpolated "
+                     "LR, and the data's unigram entropy (the loss a stalled point did not beat) from the manifest."),
     )
     parser.add_argument("dir", help="the sweep directory")
     add_format(parser)
@@ -67,7 +68,9 @@ def run(args: argparse.Namespace) -> int:
         by_id = {row["cell_id"]: row for row in optima(args.dir)}
         for row in rows:  # the same names for the same quantities as `sweeper optima` (best_loss, n_failed too)
             row.update({k: v for k, v in by_id.get(row["cell_id"], {}).items() if k not in row})
-        print(json.dumps({"name": manifest.get("name"), "dir": str(args.dir), "cells": rows}, indent=2, default=str))
+        print(json.dumps({"name": manifest.get("name"), "dir": str(args.dir),
+                          "unigram_entropy": manifest.get("unigram_entropy"), "stall_margin": manifest.get("stall_margin"),
+                          "cells": rows}, indent=2, default=str))
         return 0
     console.print(_render(args.dir, manifest))
     return 0
@@ -80,7 +83,7 @@ def _render(sweep_dir: str, manifest: dict[str, Any]) -> Any:
 
     from sweeper.records.results import freshness, progress
     from sweeper.records.store import load_cells
-    from sweeper.records.table import cells_table, counts_line, status_counts
+    from sweeper.records.table import cells_table, counts_line, status_counts, unigram_line
 
     rows = load_cells(sweep_dir).to_dicts()
     age = freshness(sweep_dir)
@@ -91,4 +94,8 @@ def _render(sweep_dir: str, manifest: dict[str, Any]) -> Any:
     if last.get("wall_seconds") is not None:
         tail = f" · last launch: wall {last['wall_seconds']:.0f} s, training {last.get('train_seconds', 0):.0f} s summed"
     head = Text(f"{manifest.get('name')} ({sweep_dir}): {counts_line(status_counts(rows))} · {when}{tail}", style="bold")
-    return Group(head, cells_table(rows, progress=progress(sweep_dir)))
+    parts: list[Any] = [head]
+    data = unigram_line(manifest)
+    if data:
+        parts.append(Text(data, style="dim"))
+    return Group(*parts, cells_table(rows, progress=progress(sweep_dir)))

@@ -115,6 +115,7 @@ class CellBook:
         self.notes: list[str] = []  # notable events, for the live display
         self.ignored: Counter[str] = Counter()  # events that changed nothing, by reason
         self.decisions_changed = True  # a decision changed since the caller last looked
+        self.unigram: dict[str, object] | None = None  # the data's unigram entropy as the first final result gave it
 
     # -- loading --------------------------------------------------------------------------------
     def load(self, rows: Iterable[PointRow], *, holders: Mapping[str, str] | None = None, retry_failed: bool = False,
@@ -394,6 +395,9 @@ class CellBook:
                     loss = loss_se = None
         if final is not None:
             numbers["unigram_loss"] = final.unigram_loss
+            if self.unigram is None and final.unigram_entropy is not None:
+                self.unigram = {"nats": final.unigram_entropy, "counted": final.unigram_counted,
+                                "exact": final.unigram_exact, "kind": None, "fingerprint": final.corpus}
             if loss is not None and final.loss_batches:
                 numbers["loss_batches"] = encode_batches(final.loss_batches)
         corpus = numbers["corpus"]

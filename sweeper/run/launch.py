@@ -80,32 +80,39 @@ LOCAL_SOURCES = ("builtin", "text", "jsonl", "parquet", "tokens", "synthetic", "
 
 
 def preflight_data(plan: Plan) -> str | None:
+    """The corpus fingerprint of a local corpus (see `preflight`)."""
+    return preflight(plan)[0]
+
+
+def preflight(plan: Plan) -> tuple[str | None, dict[str, Any] | None]:
     """Open a local corpus once in the driver: bad data (a too-small vocabulary, an empty folder)
-    fails here with one line instead of in every trial, and the corpus fingerprint is known up
-    front. Remote sources (`hf`) are left to the trials, which may be the only machines online."""
+    fails here with one line instead of in every trial, and the corpus fingerprint and its unigram
+    entropy (exact; cached with the corpus) are known up front. Remote sources (`hf`) are left to
+    the trials, which may be the only machines online: their estimate comes with the first result."""
     data = plan.cells[0].data if plan.cells else None
     if data is None or data.source not in LOCAL_SOURCES:
-        return None
+        return None, None
     try:
         source = open_source(data)
         check_vocab(plan.vocab, source)
+        entropy = source.unigram_entropy().to_dict()
     except TrialInputError as exc:
         raise UserError(exc.message) from None
-    return source.fingerprint
+    return source.fingerprint, entropy
 
 
 def launch(plan: Plan, *, address: str | None = None, retry_failed: bool = False, console: Any = None,
            started: float | None = None) -> LaunchSummary:
     started = started or time.time()
     old_manifest = sweep_dir.check_output_dir(plan)
-    corpus = preflight_data(plan)
+    corpus, entropy = preflight(plan)
     sweep_dir.check_corpus(plan, old_manifest, corpus)
     for key, value in ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)
     plan.sweep_dir.mkdir(parents=True, exist_ok=True)
     lock = sweep_dir.hold_driver_lock(plan.sweep_dir)
     try:
-        return _launch_locked(plan, old_manifest, corpus, address=address, retry_failed=retry_failed,
+        return _launch_locked(plan, old_manifest, corpus, entropy, address=address, retry_failed=retry_failed,
                               console=console, started=started)
     except UserError:
         raise
@@ -117,9 +124,10 @@ def launch(plan: Plan, *, address: str | None = None, retry_failed: bool = False
         sweep_dir.release_driver_lock(lock)
 
 
-def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str | None, *, address: str | None,
-                   retry_failed: bool, console: Any, started: float) -> LaunchSummary:
-    manifest, yaml_name = sweep_dir.prepare(plan, old_manifest, corpus)
+def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str | None,
+                   entropy: dict[str, Any] | None, *, address: str | None, retry_failed: bool, console: Any,
+                   started: float) -> LaunchSummary:
+    manifest, yaml_name = sweep_dir.prepare(plan, old_manifest, corpus, entropy)
     messages: list[str] = []
     url = sweep_dir.ledger_url(plan)
     ledger = OptunaLedger(url)
@@ -163,6 +171,8 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
 
     if sweep.expected_corpus and manifest.get("corpus") != sweep.expected_corpus:
         manifest["corpus"] = sweep.expected_corpus
+    if manifest.get("unigram_entropy") is None and sweep.book.unigram is not None:  # a streamed source's estimate
+        manifest["unigram_entropy"] = sweep.book.unigram
     rows = [row.columns() for row in sweep.cell_rows() if row.cell.cell_id in sweep.cells]
     summary = LaunchSummary(
         sweep_dir=str(plan.sweep_dir), wall_seconds=time.time() - started, ray_start_seconds=session.ray_seconds,

@@ -1,7 +1,9 @@
 """The sweep directory as a launch finds and leaves it: the checks before anything is written,
 the manifest, the copies of the YAML, the lock, and the store opened (or rebuilt) for writing.
 
-Layout: see `sweeper.records.store`. Checks first (`check_output_dir`, `check_corpus`): a
+Layout: see `sweeper.records.store`. The manifest also keeps the data's unigram entropy (the
+loss of predicting by token frequencies, what a `stalled` point did not beat; exact for local data,
+an estimate from the trials for streamed data) and `divergence.stall_margin`. Checks first (`check_output_dir`, `check_corpus`): a
 relaunch may add methods, sizes and seeds, never change the settings of a cell that has
 results (per-cell fingerprints in the manifest), nor the corpus, nor the ledger. Then
 `prepare` writes the manifest and the YAML copy, and `open_store` opens the store, rebuilt
@@ -98,15 +100,25 @@ def manifest_for(plan: Plan, old: dict[str, Any] | None, ledger: str) -> dict[st
     manifest["compat_key"] = fingerprint_of(shared)
     manifest["x"] = plan.axis  # depth, loops or params: what the fits and dashboards put on the x axis
     manifest["keep_weights"] = plan.config.keep_weights  # `sweeper export` says why there are none
+    margins = {cell.divergence.stall_margin for cell in plan.cells}
+    if len(margins) == 1:  # the stall rule's margin (null: off); per cell in `compat` when methods differ
+        manifest["stall_margin"] = margins.pop()
+    else:
+        manifest.pop("stall_margin", None)
+    manifest.setdefault("unigram_entropy", None)
     return manifest
 
 
-def prepare(plan: Plan, old: dict[str, Any] | None, corpus: str | None) -> tuple[dict[str, Any], str | None]:
-    """Write the manifest and keep the YAML as launched; returns (manifest, the YAML copy's name)."""
+def prepare(plan: Plan, old: dict[str, Any] | None, corpus: str | None,
+            entropy: dict[str, Any] | None = None) -> tuple[dict[str, Any], str | None]:
+    """Write the manifest and keep the YAML as launched; returns (manifest, the YAML copy's name).
+    `entropy`: the data's unigram entropy as `trials.data.unigram.UnigramEntropy.to_dict()` gives it."""
     manifest = manifest_for(plan, old, ledger_url(plan))
     if corpus and not manifest.get("corpus"):
         manifest["corpus"] = corpus
     manifest["overrides"] = list(plan.overrides)
+    if entropy is not None:
+        manifest["unigram_entropy"] = entropy
     yaml_name = save_yaml_copy(plan.sweep_dir, plan.source, plan.overrides, plan.document)
     write_json_atomic(plan.sweep_dir / MANIFEST, manifest)
     return manifest, yaml_name

@@ -436,6 +436,8 @@ class SweepConfig(Strict):
 
     name: Name
     description: str = ""
+    next: str = Field("", description="printed when a launch finishes: what to run next (the quickstart points "
+                                      "to the laptop depth study)")
     output: str | None = Field(None, description="sweep directory (default runs/<name>, relative to the working dir)")
     methods: Annotated[list[Annotated[MethodSpec, BeforeValidator(_method_entry)]], Field(min_length=1)]
     model: ModelSection

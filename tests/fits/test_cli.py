@@ -36,6 +36,20 @@ def test_fit_prints_tables_with_intervals_and_writes_fits_json(make_sweep) -> No
     assert "wrote" in text
 
 
+def test_fit_states_the_seeds_spread_and_se_of_each_point_and_the_failed_sizes(make_sweep) -> None:
+    sweep = make_sweep(truths=TRUTHS, depths=[48, 64, 96, 128], seeds=(0, 1), noise=0.01, eval_se=0.004,
+                       all_stalled={("layerrope", 128)})
+    out = sweeper(str(sweep), "--resamples", "200")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads((sweep / "fits.json").read_text())
+    text = " ".join(out.stdout.split())
+    assert "Fitted points: best loss, mean over seeds" in text and "seeds' spread (sd)" in text
+    row = doc["methods"]["pre"]["sizes"][0]
+    a, b = row["loss_seeds"]
+    assert f"{row['loss_sd']:.4f}" in text and f"{a:.4f} ± 0.0040, {b:.4f} ± 0.0040" in text
+    assert "no usable learning rate (every point diverged or stalled): layerrope L128 (s0 stalled, s1 stalled)" in text
+
+
 def test_json_output_is_the_stored_document(make_sweep) -> None:
     sweep = make_sweep(truths=TRUTHS, depths=DEPTHS, noise=0.003)
     out = sweeper(str(sweep), "--json", "--resamples", "300", "--x", "params", "--shared-e")
