@@ -34,8 +34,6 @@ from sweeper.run.display import LiveDisplay
 from sweeper.run.sweep_run import SweepRun
 from sweeper.run.tune_session import ENV_DEFAULTS, TuneSession
 from sweeper.search.planner import Plan
-from trials.data import check_vocab, open_source
-from trials.errors import TrialInputError
 
 RESUME_HINT = "every finished result is kept; run the same command again to resume once this is fixed"
 
@@ -76,36 +74,16 @@ class LaunchSummary:
         return out
 
 
-LOCAL_SOURCES = ("builtin", "text", "jsonl", "parquet", "tokens", "synthetic", "images", "builtin_images")
-
-
 def preflight_data(plan: Plan) -> str | None:
-    """The corpus fingerprint of a local corpus (see `preflight`)."""
-    return preflight(plan)[0]
-
-
-def preflight(plan: Plan) -> tuple[str | None, dict[str, Any] | None]:
-    """Open a local corpus once in the driver: bad data (a too-small vocabulary, an empty folder)
-    fails here with one line instead of in every trial, and the corpus fingerprint and its unigram
-    entropy (exact; cached with the corpus) are known up front. Remote sources (`hf`) are left to
-    the trials, which may be the only machines online: their estimate comes with the first result."""
-    data = plan.cells[0].data if plan.cells else None
-    if data is None or data.source not in LOCAL_SOURCES:
-        return None, None
-    try:
-        source = open_source(data)
-        check_vocab(plan.vocab, source)
-        entropy = source.unigram_entropy().to_dict()
-    except TrialInputError as exc:
-        raise UserError(exc.message) from None
-    return source.fingerprint, entropy
+    """The corpus fingerprint of a local corpus (see `sweep_dir.preflight`)."""
+    return sweep_dir.preflight(plan)[0]
 
 
 def launch(plan: Plan, *, address: str | None = None, retry_failed: bool = False, console: Any = None,
            started: float | None = None) -> LaunchSummary:
     started = started or time.time()
     old_manifest = sweep_dir.check_output_dir(plan)
-    corpus, entropy = preflight(plan)
+    corpus, entropy = sweep_dir.preflight(plan)
     sweep_dir.check_corpus(plan, old_manifest, corpus)
     for key, value in ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)

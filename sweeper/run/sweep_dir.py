@@ -28,6 +28,27 @@ from sweeper.records.repair import rebuild_store
 from sweeper.records.states import FINISHED_STATES
 from sweeper.records.store import MANIFEST, STORE_VERSION, StoreWriter, is_sweep_dir, load_cells, load_curves, read_manifest
 from sweeper.search.planner import Plan, compat_diff, fingerprint_of
+from trials.data import check_vocab, open_source
+from trials.errors import TrialInputError
+
+LOCAL_SOURCES = ("builtin", "text", "jsonl", "parquet", "tokens", "synthetic", "images", "builtin_images")
+
+
+def preflight(plan: Plan) -> tuple[str | None, dict[str, Any] | None]:
+    """Open a local corpus once in the driver: bad data (a too-small vocabulary, an empty folder)
+    fails here with one line instead of in every trial, and the corpus fingerprint and its unigram
+    entropy (exact; cached with the corpus) are known up front. Remote sources (`hf`) are left to
+    the trials, which may be the only machines online: their estimate comes with the first result."""
+    data = plan.cells[0].data if plan.cells else None
+    if data is None or data.source not in LOCAL_SOURCES:
+        return None, None
+    try:
+        source = open_source(data)
+        check_vocab(plan.vocab, source)
+        entropy = source.unigram_entropy().to_dict()
+    except TrialInputError as exc:
+        raise UserError(exc.message) from None
+    return source.fingerprint, entropy
 
 
 def check_output_dir(plan: Plan) -> dict[str, Any] | None:

@@ -101,3 +101,26 @@ def test_optima_and_status_print_them(tmp_path, capsys):
     assert main(["status", str(root), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["unigram_entropy"] == UNIGRAM and {c["cell_id"]: c["n_stalled"] for c in doc["cells"]}["post/L32/s0"] == 3
+
+
+def test_a_launch_writes_the_datas_unigram_entropy_and_stall_margin_into_the_manifest(tmp_path, capsys):
+    from sweeper.run.sweep_dir import preflight, prepare
+    from sweeper.search.planner import build_plan
+    from sweeper.spec.schema import validate_data
+    from trials.data import open_source
+
+    data = {"source": "synthetic", "synthetic_vocab": 32, "synthetic_tokens": 4096}
+    raw = {"name": "unit", "methods": ["pre"], "model": {"width": 32, "heads": 2, "depths": [2], "seq_len": 32},
+           "data": data, "train": {"steps": 30, "batch_size": 4}, "divergence": {"stall_margin": 0.07}}
+    plan = build_plan(validate_data(raw), output=str(tmp_path / "sweep"))
+    corpus, entropy = preflight(plan)
+    expected = open_source(plan.cells[0].data).unigram_entropy()
+    assert corpus == expected.fingerprint and entropy == expected.to_dict() and entropy["exact"] is True
+    plan.sweep_dir.mkdir()
+    manifest, _ = prepare(plan, None, corpus, entropy)
+    stored = json.loads((plan.sweep_dir / MANIFEST).read_text())
+    assert stored["unigram_entropy"] == manifest["unigram_entropy"] == entropy and stored["stall_margin"] == 0.07
+    assert main(["status", str(plan.sweep_dir)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"data: unigram entropy {expected.nats:.4f} nats (exact, {expected.counted:,} training tokens)" in text
+    assert "stalled unless its final eval loss is 0.07 nats below" in text
