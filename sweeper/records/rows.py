@@ -374,6 +374,7 @@ CURVE_COLUMNS: tuple[Column, ...] = (
     Column("tokens", "int", "training tokens seen"),
     Column("train_loss", "float", "mean training loss since the last report"),
     Column("eval_loss", "float", "null on steps without evaluation"),
+    Column("eval_loss_se", "float", "standard error of eval_loss over the eval batches"),
     Column("time", "float", "unix seconds (the driver's clock)"),
 )
 
@@ -388,9 +389,11 @@ class CurvePoint:
     train_loss: float | None
     eval_loss: float | None
     time: float
+    eval_loss_se: float | None = None
 
     def columns(self) -> dict[str, Any]:
         p = self.point
         return {"point_id": p.point_id, "cell_id": p.cell.cell_id, "method": p.cell.method, "size": p.cell.size,
                 "seed": p.cell.seed, "lr": p.lr, "attempt": p.attempt, "step": self.step, "tokens": self.tokens,
-                "train_loss": finite(self.train_loss), "eval_loss": finite(self.eval_loss), "time": self.time}
+                "train_loss": finite(self.train_loss), "eval_loss": finite(self.eval_loss),
+                "eval_loss_se": finite(self.eval_loss_se), "time": self.time}

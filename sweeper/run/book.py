@@ -287,7 +287,8 @@ class CellBook:
                 changes.append(Change(row, LedgerOp.START, store=False))
             row = self._put(row.evolve(steps=report.step, tokens=report.tokens, train_seconds=report.train_seconds))
             train_loss, eval_loss = finite(member.train_loss), finite(member.eval_loss)
-            curve = CurvePoint(row, report.step, report.tokens, train_loss, eval_loss, now)
+            curve = CurvePoint(row, report.step, report.tokens, train_loss, eval_loss, now,
+                               eval_loss_se=finite(member.eval_loss_se))
             progress = became_running or eval_loss is not None
             step_report = (report.step, eval_loss) if eval_loss is not None else None
             if member.state == PointState.DIVERGED or report.done:

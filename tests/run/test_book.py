@@ -114,6 +114,9 @@ def test_a_stalled_point_counts_like_a_diverged_one():
     b = book()
     b.refresh("pre/L2/s0")
     # Above 0.004 every run stalls, at a loss below every ok loss: still never the optimum.
+    first = play(b, "pre/L2/s0", "t0", stall_above=0.004, stalled_loss=1.0)
+    curves = [c.curve.columns() for c in first if c.curve is not None]
+    assert curves and all(c["eval_loss_se"] == 0.05 for c in curves)  # every evaluation keeps its SE
     run_to_the_end(b, stall_above=0.004, stalled_loss=1.0)
     d = b.decisions["pre/L2/s0"]
     points = b.points["pre/L2/s0"]
