@@ -134,9 +134,10 @@ def test_a_cell_whose_every_point_stalls_ends_stalled_everywhere(ray_session, tm
     trial-level rule: tests/trials/test_stall_and_noise.py): with the stall rule on, the points end
     `stalled` (not ok, not failed) in the store and the ledger, the cell ends `stalled`, and every
     reader says so; the manifest keeps the corpus's unigram entropy."""
-    path = tiny_yaml(tmp_path, "stalls", methods="[post]", depths="[16]", steps=60, concurrency=1,
+    path = tiny_yaml(tmp_path, "stalls", methods="[post]", depths="[8]", steps=60, concurrency=1,
                      lr="{grid: [1e-2, 3e-2], bounds: [1e-2, 3e-2], max_points: 2, refine: false}")
-    path.write_text(path.read_text().replace("divergence: {stall_margin: null}", "divergence: {stall_margin: 0.05}"))
+    path.write_text(path.read_text().replace("divergence: {stall_margin: null}", "divergence: {stall_margin: 0.05}")
+                    .replace("checkpoint_every: 10", "checkpoint_every: 60"))  # no checkpoint before the end: faster
     assert main(["launch", str(path)]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "1 stalled" in out and "found no usable learning rate" in out
@@ -147,7 +148,7 @@ def test_a_cell_whose_every_point_stalls_ends_stalled_everywhere(ray_session, tm
     assert points["objective"].is_null().all() and points["loss_se"].is_not_null().all()
     assert (points["loss"] > points["unigram_loss"] - 0.05).all()
     assert load_cells(sweep)["status"].to_list() == ["stalled"]
-    study = optuna.load_study(study_name="post/L16/s0", storage=storage_url("sqlite", sweep))
+    study = optuna.load_study(study_name="post/L8/s0", storage=storage_url("sqlite", sweep))
     assert {t.user_attrs["state"] for t in study.trials} == {"stalled"}
     manifest = json.loads((sweep / "manifest.json").read_text())
     assert manifest["unigram_entropy"]["exact"] and manifest["stall_margin"] == 0.05
