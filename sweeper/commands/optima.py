@@ -33,6 +33,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     # Here, not at the top: the CLI imports every command module when it starts (`sweeper validate`'s speed).
     from rich.table import Table
+    from rich.text import Text
 
     from sweeper.records.results import optima, points_per_bracketed_cell
     from sweeper.records.store import read_manifest
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         table.add_column(name, justify="left" if name in ("method", "size", "status") else "right", no_wrap=True)
     for r in rows:
         table.add_row(
-            r["method"], r["size"], str(r["seed"]), f"[{STATUS_STYLE.get(r['status'], '')}]{r['status']}[/]",
+            r["method"], r["size"], str(r["seed"]), Text(r["status"], style=STATUS_STYLE.get(r["status"], "")),
             fmt(r["best_lr"], ".3g"), fmt(r["best_loss"], ".4f"), fmt(r["interp_lr"], ".3g"),
             fmt(r["interp_objective"], ".4f"), str(r["n_points"]), str(r["n_diverged"]),
         )
