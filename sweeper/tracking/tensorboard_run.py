@@ -3,7 +3,8 @@
 sub-folder per point (`.../lr=<lr>`: its config as text, `train_loss` and `eval_loss` against tokens,
 its outcome as text and final scalars).
 
-Needs the `tensorboard` extra; torch's `SummaryWriter` writes the event files. A relaunch or a second
+Needs the `tensorboard` extra, whose event-file writer and protobufs write the files (no torch, no
+TensorFlow: `sweeper track` starts fast). A relaunch or a second
 back-fill writes a new event file into the same folder, which TensorBoard reads as the same run; a
 small `.sweeper.json` in each folder (the tokens already logged, whether the point finished) keeps
 them from repeating a value.
@@ -12,6 +13,7 @@ them from repeating a value.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,14 +29,44 @@ def log_dir(settings: TensorboardTracking, sweep_dir: Path) -> Path:
     return Path(settings.dir) if settings.dir else sweep_dir / "tensorboard"
 
 
+class EventWriter:
+    """One run folder's event file: scalars and text summaries, as TensorBoard's scalar and text plugins read them."""
+
+    def __init__(self, folder: Path) -> None:
+        # The tensorboard extra, loaded only when a sweep asks for it.
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.compat.proto.summary_pb2 import Summary
+        from tensorboard.plugins.text.metadata import create_summary_metadata
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+        from tensorboard.util.tensor_util import make_tensor_proto
+
+        self.Event, self.Summary, self.text_metadata = Event, Summary, create_summary_metadata
+        self.make_tensor_proto = make_tensor_proto
+        folder.mkdir(parents=True, exist_ok=True)
+        self.file = EventFileWriter(str(folder))
+
+    def add_scalar(self, tag: str, value: float, step: int, walltime: float | None = None) -> None:
+        summary = self.Summary(value=[self.Summary.Value(tag=tag, simple_value=value)])
+        self.file.add_event(self.Event(wall_time=walltime or time.time(), step=step, summary=summary))
+
+    def add_text(self, tag: str, text: str, step: int) -> None:
+        value = self.Summary.Value(tag=tag, metadata=self.text_metadata(display_name=tag, description=""),
+                                   tensor=self.make_tensor_proto(text.encode()))
+        self.file.add_event(self.Event(wall_time=time.time(), step=step, summary=self.Summary(value=[value])))
+
+    def flush(self) -> None:
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+
 class TensorboardTracker:
     name = "tensorboard"
 
     def __init__(self, settings: TensorboardTracking, sweep_dir: Path) -> None:
-        # The tensorboard extra (torch's writer imports it), loaded only when a sweep asks for it.
-        from torch.utils.tensorboard import SummaryWriter
+        import tensorboard  # noqa: F401  (the extra: a missing one is found when the sweep starts, not mid-run)
 
-        self.SummaryWriter = SummaryWriter
         self.root = log_dir(settings, sweep_dir)
         self.writers: dict[str, Any] = {}  # point or cell id -> its open writer
 
@@ -49,7 +81,7 @@ class TensorboardTracker:
 
     def _writer(self, key: str) -> Any:
         if key not in self.writers:
-            self.writers[key] = self.SummaryWriter(log_dir=str(self.root / key))
+            self.writers[key] = EventWriter(self.root / key)
         return self.writers[key]
 
     def start(self, run: PointRun) -> None:

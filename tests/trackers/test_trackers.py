@@ -18,6 +18,7 @@ pytest.importorskip("tensorboard")
 
 import mlflow  # noqa: E402
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
+from tensorboard.util.tensor_util import make_ndarray  # noqa: E402
 
 from sweeper.cli import main  # noqa: E402
 from sweeper.records.ledger import OptunaLedger, storage_url  # noqa: E402
@@ -44,6 +45,12 @@ def _mlflow_runs(uri: str, experiment: str):
     mlflow.set_tracking_uri(uri)
     exp = mlflow.get_experiment_by_name(experiment)
     return mlflow.search_runs([exp.experiment_id])
+
+
+def _tb_texts(folder: Path, tag: str) -> list[str]:
+    acc = EventAccumulator(str(folder))
+    acc.Reload()
+    return [make_ndarray(e.tensor_proto).item().decode() for e in acc.Tensors(tag)]
 
 
 def _tb_scalars(folder: Path, tag: str) -> list[tuple[int, float]]:
@@ -154,7 +161,11 @@ def test_backfill_fills_a_failed_tracker_and_never_duplicates(live: tuple[Path, 
             (t, pytest.approx(v, rel=1e-6)) for t, v in zip(mine["tokens"], mine["train_loss"])]
         assert _tb_scalars(logdir / row["point_id"], "final/objective") == [
             (row["tokens"], pytest.approx(row["objective"], rel=1e-6))]
-    assert _tb_scalars(logdir / points["cell_id"][0], "cell/best_lr")  # the cell's folder holds its optimum
+        assert _tb_texts(logdir / row["point_id"], "outcome") == ["ok"]
+        assert f'"lr": {row["lr"]}' in _tb_texts(logdir / row["point_id"], "config")[0]
+    cell = load_cells(root).row(0, named=True)  # the cell's folder holds its status and optimum
+    assert _tb_texts(logdir / cell["cell_id"], "status") == ["bracketed"]
+    assert _tb_scalars(logdir / cell["cell_id"], "cell/best_lr") == [(cell["n_points"], pytest.approx(cell["best_lr"]))]
 
     found = _mlflow_runs(uri, "tracked")  # MLflow: the same runs, no value logged twice
     assert len(found) == points.height + 1
