@@ -22,6 +22,7 @@ from typing import Any
 
 import polars as pl
 
+from sweeper.records.results import cell_rows
 from sweeper.records.results import optima as optima_rows
 from sweeper.records.store import load_cells, load_curves, load_fits, load_points, read_manifest
 
@@ -207,8 +208,14 @@ class Sweep:
         return load_curves(self.path)
 
     def cells(self) -> pl.DataFrame:
-        """Each cell's status and optimum as the driver last wrote them (`sweeper status --json`)."""
-        return load_cells(self.path)
+        """Each cell's status and optimum as the driver last wrote them, with the point counts and best loss
+        of `optima()` beside them (`sweeper status --json`)."""
+        cells = load_cells(self.path)
+        extra = [c for c in OPTIMA_SCHEMA if c not in cells.columns]
+        by_id = {row["cell_id"]: row for row in cell_rows(self.path)}
+        added = pl.DataFrame([{c: by_id[cid].get(c) for c in extra} for cid in cells["cell_id"]],
+                             schema={c: OPTIMA_SCHEMA[c] for c in extra}, orient="row")
+        return pl.concat([cells, added], how="horizontal")
 
     def optima(self) -> pl.DataFrame:
         """Per cell: status, grid-best LR and loss, interpolated optimum, point counts (`sweeper optima`)."""

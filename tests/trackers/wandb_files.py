@@ -6,6 +6,7 @@ wandb 0.31 ships no Python reader of this file (its reader is in the Go core).""
 from __future__ import annotations
 
 import json
+import time
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,10 +86,23 @@ def read_run(run_file: Path) -> OfflineRun:
     return run
 
 
+def _read_when_written(run_file: Path, wait_s: float = 20.0) -> OfflineRun:
+    """W&B's writer is its own service process: on a loaded machine the run record of a run that has
+    just finished can reach the file a moment after `finish()` returned. Wait for it, then read."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return read_run(run_file)
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def read_runs(wandb_dir: Path) -> dict[str, list[OfflineRun]]:
     """Run id -> its offline runs (one per process that logged to it), oldest first."""
     out: dict[str, list[OfflineRun]] = {}
     for path in sorted(wandb_dir.glob("wandb/offline-run-*/run-*.wandb")):
-        run = read_run(path)
+        run = _read_when_written(path)
         out.setdefault(run.run_id, []).append(run)
     return out
