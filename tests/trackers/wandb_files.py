@@ -6,8 +6,8 @@ wandb 0.31 ships no Python reader of this file (its reader is in the Go core).""
 from __future__ import annotations
 
 import json
-import time
 import struct
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
