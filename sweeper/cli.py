@@ -28,6 +28,7 @@ COMMANDS = [
     "export",
     "replay",
     "fit",
+    "track",
     "dashboard",
     "plots",
     "bench",

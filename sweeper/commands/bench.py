@@ -202,8 +202,9 @@ def run_suite(args: argparse.Namespace) -> int:
 
 
 def print_suite(result: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from sweeper.records.table import make_console
 
     table = Table(title=f"GPU suite on {result['device']}{' (quick)' if result['quick'] else ''}: "
                         f"{result['seconds']:.0f} s of {result['budget_s']:.0f}", header_style="bold", title_justify="left")
@@ -212,7 +213,7 @@ def print_suite(result: dict[str, Any]) -> None:
     for name, check in result["checks"].items():
         seconds = check.get("seconds")
         table.add_row(name, str(check.get("status")), str(check.get("goal", "")), f"{seconds:.0f}" if seconds else "")
-    Console().print(table)
+    make_console().print(table)
 
 
 def _si(x: float, unit: str) -> str:
@@ -227,15 +228,17 @@ def _pct(x: float | None) -> str:
 
 
 def print_result(result: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    console = Console()
+    from sweeper.records.table import make_console
+
+    console = make_console()
     s, m, c = result["settings"], result["machine"], result["counting"]
-    console.print(
-        f"[bold]{s['method']}[/] d{s['width']} L{s['depth']} vocab {s['vocab']}, seq {s['seq_len']} x batch {s['batch']}, "
+    console.print(Text.assemble(
+        (str(s["method"]), "bold"), f" d{s['width']} L{s['depth']} vocab {s['vocab']}, seq {s['seq_len']} x batch {s['batch']}, "
         f"stack {s['stack']}, {s['dtype']} on {m['device']}{' (' + m['gpu'] + ')' if 'gpu' in m else ''}, "
-        f"{m['threads']} threads (OMP_WAIT_POLICY {m['omp_wait_policy']}); {result['execution']}",
+        f"{m['threads']} threads (OMP_WAIT_POLICY {m['omp_wait_policy']}); {result['execution']}"),
         highlight=False,
     )
     console.print(

@@ -241,28 +241,29 @@ def _points_table(doc: dict[str, Any], x_name: str) -> Any:
 
 def render(doc: dict[str, Any], written: Path | None) -> None:
     """The fits as rich tables: loss fits, predictions, LR laws, ranking, sensitivity, then every warning."""
-    from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from sweeper.analysis.fits.report import LOOPS_LABEL
     from sweeper.analysis.fits.units import format_size
+    from sweeper.records.table import labelled, make_console
 
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=160)  # logs and pipes: do not wrap the tables at 80 columns
+    console = make_console()
     x_name = "loop count" if doc["x_label"] == LOOPS_LABEL else doc["x"]  # a loop-count sweep fits on `depth` = T
-    console.print(f"[bold]{doc['sweep']}[/]: fits against {doc['x_label']} · {doc['e_model']} E · "
-                  f"{doc['options']['resamples']} bootstrap resamples ({doc['options']['bootstrap']}), 95% intervals")
-    console.print(f"[dim]{doc['inputs']['rule']}[/]")
+    console.print(Text.assemble((str(doc["sweep"]), "bold"),
+                                f": fits against {doc['x_label']} · {doc['e_model']} E · "
+                                f"{doc['options']['resamples']} bootstrap resamples ({doc['options']['bootstrap']}), "
+                                "95% intervals"))
+    console.print(doc["inputs"]["rule"], style="dim")
     if x_name == "params" or doc["methods"]:
-        console.print(f"[dim]{doc['n_definition']}[/]")
-    console.print(f"[dim]{doc['c_definition']}[/]")
+        console.print(doc["n_definition"], style="dim")
+    console.print(doc["c_definition"], style="dim")
     if doc["inputs"]["excluded"]:
         reasons: dict[str, int] = {}
         for item in doc["inputs"]["excluded"]:
             key = item["reason"].split(":")[0]
             reasons[key] = reasons.get(key, 0) + 1
-        console.print("[dim]excluded cells: " + ", ".join(f"{n} {r}" for r, n in sorted(reasons.items())) + "[/]")
+        console.print("excluded cells: " + ", ".join(f"{n} {r}" for r, n in sorted(reasons.items())), style="dim")
 
     loss = Table(title=f"Loss vs {x_name}: L = E + A·x^(-α)", title_justify="left", header_style="bold")
     for col in ("method", "n", "E", "A", "α", "log-log slope", f"held-out {x_name}: predicted vs actual", "trust"):
@@ -331,15 +332,15 @@ def render(doc: dict[str, Any], written: Path | None) -> None:
     console.print(sens)
 
     for warning in doc["warnings"]:
-        console.print(f"[yellow]warning:[/] {warning}")
+        console.print(labelled("warning:", warning))
     for method, m in doc["methods"].items():
         for part in ("loss_fit", "lr_fit"):
             for warning in m[part]["warnings"]:
-                console.print(f"[yellow]{method} {part.replace('_', ' ')}:[/] {warning}")
+                console.print(labelled(f"{method} {part.replace('_', ' ')}:", warning))
         cf = m.get("compute_fit") or {}
         for warning in cf.get("warnings", []):
-            console.print(f"[yellow]{method} compute fit:[/] {warning}")
+            console.print(labelled(f"{method} compute fit:", warning))
     tail = f"fitted in {doc['elapsed_s']:.2f} s"
     if written:
         tail += f"; wrote {written}"
-    console.print(f"[dim]{tail}[/]")
+    console.print(tail, style="dim")

@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     if args.throughput is not None and not args.throughput > 0:
         raise UserError(f"--throughput: must be > 0 FLOP/s (got {args.throughput})")
     validated = load_sweep(args.file, need_data=not args.dry_run, overrides=args.overrides)
-    from sweeper.records.table import make_console  # a bad file is refused before these load
+    from sweeper.records.table import labelled, make_console  # a bad file is refused before these load
     from sweeper.search.planner import build_plan
 
     console = make_console(stderr=args.json)
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         plan = build_plan(validated.config, output=args.out, source=Path(args.file))
     plan.overrides, plan.document = validated.overrides, validated.document
     for warning in validated.warnings:
-        console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+        console.print(labelled("warning:", warning), highlight=False, soft_wrap=True)
     if args.dry_run:
         return dry_run(plan, args.throughput, as_json=args.json, console=console)
     from sweeper.run.launch import launch  # Ray, Optuna and the trial code: only to run the sweep
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_summary(summary, console)
         if not summary.interrupted and plan.config.next:
-            console.print(f"[bold]then:[/] {plan.config.next.strip()}", highlight=False)
+            console.print(labelled("then:", plan.config.next.strip(), style="bold"), highlight=False)
     return 130 if summary.interrupted else 0
 
 
@@ -101,11 +101,14 @@ def recorded_overrides(sweep_dir: Path) -> list[str]:
 
 
 def print_summary(summary: Any, console: Any) -> None:
-    from sweeper.records.table import counts_line  # (see `run`)
+    from rich.text import Text  # (see `run`)
+
+    from sweeper.records.table import counts_line
 
     done = sum(summary.counts.values())
     verb = "stopped" if summary.interrupted else "finished"
-    console.print(f"[bold]Sweep {verb}[/]: {counts_line(summary.counts)} ({done} cells) in {summary.sweep_dir}")
+    console.print(Text.assemble((f"Sweep {verb}", "bold"), f": {counts_line(summary.counts)} ({done} cells) in "
+                                f"{summary.sweep_dir}"))
     ratio = f"{summary.overhead_ratio:.2f}" if summary.overhead_ratio else "—"
     console.print(
         f"wall {summary.wall_seconds:.1f} s (Ray start {summary.ray_start_seconds:.1f} s) on {summary.slots} trial slots; "

@@ -37,6 +37,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     # Here, not at the top: the CLI imports every command module when it starts (`sweeper validate`'s speed).
     from rich.table import Table
+    from rich.text import Text
 
     from sweeper.records.results import noise_note, optima, points_per_bracketed_cell
     from sweeper.records.store import read_manifest
@@ -64,10 +65,10 @@ def run(args: argparse.Namespace) -> int:
                          no_wrap=True)
     for r in rows:
         table.add_row(
-            r["method"], r["size"], str(r["seed"]), f"[{STATUS_STYLE.get(r['status'], '')}]{status_text(r)}[/]",
+            r["method"], r["size"], str(r["seed"]), Text(status_text(r), style=STATUS_STYLE.get(r["status"], "")),
             fmt(r["best_lr"], ".3g"), best_loss_text(r), neighbour_text(r), fmt(r["interp_lr"], ".3g"),
             fmt(r["interp_objective"], ".4f"), str(r["n_points"]), str(r["n_diverged"]),
-            f"[magenta]{r['n_stalled']}[/]" if r["n_stalled"] else "0",
+            Text(str(r["n_stalled"]), style="magenta") if r["n_stalled"] else "0",
         )
     console = make_console()
     console.print(table)
@@ -111,11 +112,13 @@ def best_loss_text(row: dict[str, Any]) -> str:
     return text
 
 
-def neighbour_text(row: dict[str, Any]) -> str:
-    """'+0.012 (1.4 SE) within noise' for the best point's nearest ok neighbour."""
+def neighbour_text(row: dict[str, Any]) -> Any:
+    """'+0.012 (1.4 SE) within noise' for the best point's nearest ok neighbour (a styled Text when within noise)."""
+    from rich.text import Text  # (see `run`)
+
     if row.get("neighbour_gap") is None:
         return "—"
     se = row["neighbour_gap_se"]
     ratio = row["neighbour_gap"] / se if se else math.inf
     text = f"{row['neighbour_gap']:+.4f} ({ratio:.1f} SE)" if ratio < 100 else f"{row['neighbour_gap']:+.4f} (>99 SE)"
-    return f"[bold yellow]{text} within noise[/]" if row["within_noise"] else text
+    return Text(f"{text} within noise", style="bold yellow") if row["within_noise"] else text

@@ -62,12 +62,9 @@ def run(args: argparse.Namespace) -> int:
             except KeyboardInterrupt:
                 return 0
     if args.json:
-        from sweeper.records.results import optima  # the same fields as `sweeper optima --json`
+        from sweeper.records.results import cell_rows  # the same fields as `sweeper optima --json`
 
-        rows = load_cells(args.dir).to_dicts()
-        by_id = {row["cell_id"]: row for row in optima(args.dir)}
-        for row in rows:  # the same names for the same quantities as `sweeper optima` (best_loss, n_failed too)
-            row.update({k: v for k, v in by_id.get(row["cell_id"], {}).items() if k not in row})
+        rows = cell_rows(args.dir)
         print(json.dumps({"name": manifest.get("name"), "dir": str(args.dir),
                           "unigram_entropy": manifest.get("unigram_entropy"), "stall_margin": manifest.get("stall_margin"),
                           "cells": rows}, indent=2, default=str))

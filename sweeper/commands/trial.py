@@ -219,14 +219,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace, spec: Any, source: Any) -> int:
-    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
     from rich.table import Table
+    from rich.text import Text
 
+    from sweeper.records.table import make_console
     from trials.errors import TrialInputError
     from trials.train import Trial
 
-    console = Console(stderr=args.json)
+    console = make_console(stderr=args.json)
     stop = {"requested": False}
 
     def on_sigint(signum: int, frame: Any) -> None:
@@ -249,13 +250,13 @@ def _train(args: argparse.Namespace, spec: Any, source: Any) -> int:
         )
         if not args.json:
             console.print(header)
-            console.print(f"data: {source.description} [dim]{source.fingerprint}[/dim]")
+            console.print(Text.assemble(f"data: {source.description} ", (source.fingerprint, "dim")))
             if trial.unigram is not None:
                 console.print(f"{trial.unigram.describe()}; a run is stalled unless its final eval loss is "
                               f"{spec.divergence.stall_margin:g} nats (divergence.stall_margin) below "
                               f"{trial.unigram_loss:.4f}, the frequency-only loss on the eval batches")
         progress = Progress(
-            TextColumn("[bold]step"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[losses]}"),
+            TextColumn("step", style="bold"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[losses]}"),
             TextColumn("{task.fields[speed]}"), TextColumn("ETA"), TimeRemainingColumn(), TimeElapsedColumn(),
             console=console, disable=args.json, transient=False,
         )
@@ -304,13 +305,13 @@ def _train(args: argparse.Namespace, spec: Any, source: Any) -> int:
         style = {"ok": "green", "diverged": "red", "stalled": "magenta", "failed": "yellow"}[r.outcome]
         loss = _fmt_loss(r.loss) + (f" ± {r.loss_se:.4f}" if r.loss is not None and r.loss_se is not None else "")
         loss += " *" if r.outcome == "ok" and r.loss == best and len(results) > 1 else ""
-        table.add_row(f"{r.lr:.4g}", f"[{style}]{r.outcome}[/{style}]", loss, _fmt_loss(r.init_loss), str(r.steps),
+        table.add_row(f"{r.lr:.4g}", Text(r.outcome, style=style), loss, _fmt_loss(r.init_loss), str(r.steps),
                       r.reason or "")
     console.print(table)
-    console.print(
+    console.print(Text.assemble(
         f"{trial.step} steps, {trial.step * trial.tokens_per_step:,} tokens per LR in {seconds:.1f} s of training "
-        f"({tokens_per_s:,.0f} tokens/s), {wall:.1f} s wall" + ("  [yellow](stopped; rerun to resume)[/yellow]" if trial.stopped else "")
-    )
+        f"({tokens_per_s:,.0f} tokens/s), {wall:.1f} s wall", ("  (stopped; rerun to resume)" if trial.stopped else "", "yellow")
+    ))
     return 130 if trial.stopped else 0
 
 

@@ -78,6 +78,16 @@ def noise_note() -> str:
             "their difference (paired over the same eval batches): the optimum is uncertain by a grid step")
 
 
+def cell_rows(sweep_dir: str | Path) -> list[dict[str, Any]]:
+    """The cells as the driver last wrote them, with the fields `optima` adds (best_loss, n_failed, ...)
+    under the same names: what `sweeper status --json` prints and `sweeper.open(DIR).cells()` returns."""
+    rows = load_cells(sweep_dir).to_dicts()
+    by_id = {row["cell_id"]: row for row in optima(sweep_dir)}
+    for row in rows:
+        row.update({k: v for k, v in by_id.get(row["cell_id"], {}).items() if k not in row})
+    return rows
+
+
 def points_per_bracketed_cell(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Average finished points per bracketed cell, overall and per method (what a prior saves)."""
     out: dict[str, Any] = {}

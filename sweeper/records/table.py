@@ -89,7 +89,15 @@ def unigram_line(manifest: dict[str, Any]) -> str | None:
     return line
 
 
-def make_console(*, stderr: bool = False) -> Console:
-    """A console that keeps tables readable when output goes to a file or a pipe."""
-    probe = Console(stderr=stderr)
-    return probe if probe.is_terminal else Console(stderr=stderr, width=160)
+def make_console(*, stderr: bool = False, width: int = 160) -> Console:
+    """The console every command prints through: `width` columns when output goes to a file or a
+    pipe (tables stay readable), and rich markup off, so that every string prints as written: a
+    warning about the `[hf]` extra, an interval `[0.1, 0.2]`, a name like `[bold]` keep their
+    brackets. Styles come from `style=` and `rich.text.Text` (`labelled`), never from markup."""
+    probe = Console(stderr=stderr, markup=False)
+    return probe if probe.is_terminal else Console(stderr=stderr, width=width, markup=False)
+
+
+def labelled(label: str, text: str, style: str = "yellow") -> Text:
+    """`label text` with the label styled (e.g. a yellow `warning:`); the text printed as written."""
+    return Text.assemble((label, style), " ", text)

@@ -34,6 +34,7 @@ from sweeper.run.display import LiveDisplay
 from sweeper.run.sweep_run import SweepRun
 from sweeper.run.tune_session import ENV_DEFAULTS, TuneSession
 from sweeper.search.planner import Plan
+from sweeper.tracking import Tracking, open_trackers
 
 RESUME_HINT = "every finished result is kept; run the same command again to resume once this is fixed"
 
@@ -119,8 +120,12 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
     store_states = dict(zip(latest["point_id"].to_list(), latest["state"].to_list())) if latest.height else {}
 
     session = TuneSession.open(plan, manifest, address, messages)
+    tracking = open_tracking(plan, messages.append)
     try:
-        sweep = SweepRun(plan, ledger, store, concurrency=session.concurrency, host_memory=_host_memory())
+        sweep = SweepRun(plan, ledger, store, concurrency=session.concurrency, host_memory=_host_memory(),
+                         tracking=tracking)
+        if tracking is not None:
+            tracking.warn = sweep.messages.append  # later warnings go to the live display
         sweep.expected_corpus = manifest.get("corpus")
         sweep.other_cells = {row["cell_id"]: CellRow.from_columns(row) for row in load_cells(plan.sweep_dir).to_dicts()
                              if row["cell_id"] not in sweep.cells}
@@ -146,6 +151,8 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
             interrupted = session.run(sweep, hooks=[display.update], on_new_run=new_tune_run)
     finally:
         session.close()
+        if tracking is not None:
+            tracking.close()
 
     if sweep.expected_corpus and manifest.get("corpus") != sweep.expected_corpus:
         manifest["corpus"] = sweep.expected_corpus
@@ -169,6 +176,15 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
         raise StorageFault(f"the sweep stopped: {sweep.fault}; {RESUME_HINT}")
     write_json_atomic(plan.sweep_dir / MANIFEST, manifest)
     return summary
+
+
+def open_tracking(plan: Plan, warn: Any) -> Tracking | None:
+    """The experiment trackers the YAML's `tracking:` section names (None when it names none)."""
+    section = plan.config.tracking
+    if not section.names():
+        return None
+    trackers = open_trackers(section, plan.sweep_dir, plan.config.name, warn)
+    return Tracking(plan.config.name, trackers, {cell.cell_id: cell.compat for cell in plan.cells}, warn=warn)
 
 
 def _host_memory() -> int | None:

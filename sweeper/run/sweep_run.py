@@ -26,6 +26,7 @@ from sweeper.run import weights
 from sweeper.run.recorder import Recorder
 from sweeper.run.tune_trials import LaunchStats, TuneTrials
 from sweeper.search.planner import Cell, Plan, auto_stack
+from sweeper.tracking.core import Tracking
 from trials.spec import StepReport, TrialSpec
 
 
@@ -70,13 +71,14 @@ def point_ids_of(config: Mapping[str, Any] | None) -> list[str]:
 
 class SweepRun:
     def __init__(self, plan: Plan, ledger: Ledger, store: Store, *, concurrency: int = 1,
-                 host_memory: int | None = None, clock: Callable[[], float] = time.time) -> None:
+                 host_memory: int | None = None, clock: Callable[[], float] = time.time,
+                 tracking: Tracking | None = None) -> None:
         self.plan = plan
         self.clock = clock
         self.host_memory = host_memory
         self.book = CellBook(plan.cells)
         self.trials = TuneTrials(concurrency, started=clock())
-        self.recorder = Recorder(ledger, store, self.book.cells, clock=clock)
+        self.recorder = Recorder(ledger, store, self.book.cells, clock=clock, tracking=tracking)
         self.ledger = ledger
         self.other_cells: dict[str, CellRow] = {}  # cells of earlier launches not in this plan
         self.stopping = False

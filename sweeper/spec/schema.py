@@ -419,6 +419,45 @@ class RaySection(Strict):
     )
 
 
+class WandbTracking(Strict):
+    """Weights & Biases: one run per point, grouped by cell."""
+
+    project: Annotated[str, Field(min_length=1, max_length=128)] = Field(description="the W&B project")
+    entity: Annotated[str, Field(min_length=1, max_length=128)] | None = Field(
+        None, description="the W&B team or user (default: the logged-in user's)")
+    mode: Literal["online", "offline", "disabled"] | None = Field(
+        None, description="online, offline (files under DIR/wandb, `wandb sync` later) or disabled; default: "
+                          "WANDB_MODE, else online")
+
+
+class MlflowTracking(Strict):
+    """MLflow: one run per point, under a parent run per cell."""
+
+    tracking_uri: Annotated[str, Field(min_length=1)] | None = Field(
+        None, description="an MLflow tracking URI (http://..., sqlite:///..., file:///...); default: "
+                          "MLFLOW_TRACKING_URI, else sqlite:///DIR/mlflow.db")
+    experiment: Annotated[str, Field(min_length=1, max_length=500)] | None = Field(
+        None, description="the experiment (default: the sweep's name)")
+
+
+class TensorboardTracking(Strict):
+    """TensorBoard: event files, a folder per cell and a sub-folder per point."""
+
+    dir: Annotated[str, Field(min_length=1)] | None = Field(
+        None, description="the log directory (default DIR/tensorboard; relative to the working dir)")
+
+
+class TrackingSection(Strict):
+    """Experiment trackers the driver logs every point to (each optional; needs its extra)."""
+
+    wandb: WandbTracking | None = None
+    mlflow: MlflowTracking | None = None
+    tensorboard: TensorboardTracking | None = None
+
+    def names(self) -> list[str]:
+        return [name for name in ("wandb", "mlflow", "tensorboard") if getattr(self, name) is not None]
+
+
 def _seeds(value: Any) -> Any:
     if isinstance(value, int) and not isinstance(value, bool):
         if value < 1:
@@ -461,6 +500,7 @@ class SweepConfig(Strict):
             "them; `sweeper export` writes them out); none: keep no weights"
         ),
     )
+    tracking: TrackingSection = Field(TrackingSection(), description="experiment trackers: wandb, mlflow, tensorboard")
 
     # -- helpers used by the planner ------------------------------------------------------------
     def method(self, name: str) -> MethodSpec:
@@ -1005,6 +1045,10 @@ class Validated:
     document: Any = None  # the document validated: the file's, with the overrides set
 
 
+# The module each tracker's extra installs (what `sweeper launch` warns about when it is missing).
+TRACKER_MODULES = {"wandb": "wandb", "mlflow": "mlflow", "tensorboard": "tensorboard"}
+
+
 def _warnings(cfg: SweepConfig) -> list[str]:
     out = []
     if cfg.data.source == "hf" or (cfg.data.tokenizer and not _looks_local(cfg.data.tokenizer)):
@@ -1014,6 +1058,11 @@ def _warnings(cfg: SweepConfig) -> list[str]:
                 f"data: needs the hf extra ({', '.join(missing)} not installed here): "
                 "pip install 'layerrope-sweeper[hf]' on the machines that run trials"
             )
+    for name in cfg.tracking.names():
+        if importlib.util.find_spec(TRACKER_MODULES[name]) is None:
+            out.append(f"tracking.{name}: needs the {name} extra ({TRACKER_MODULES[name]} not installed here): "
+                       f"pip install 'layerrope-sweeper[{name}]' on the machine that runs `sweeper launch` "
+                       "(without it the sweep runs and that tracker stays empty)")
     if cfg.ledger.startswith(("postgresql", "mysql")):
         driver = "psycopg2" if cfg.ledger.startswith("postgresql") else "pymysql"
         if importlib.util.find_spec(driver) is None:
