@@ -29,9 +29,11 @@ from sweeper.records.store import load_cells, load_curves, load_fits, load_point
 # `optima()`'s columns, in order (`sweeper.records.results.optima`'s keys).
 OPTIMA_SCHEMA: dict[str, pl.DataType] = {
     "cell_id": pl.Utf8, "method": pl.Utf8, "size": pl.Utf8, "seed": pl.Int64, "depth": pl.Int64, "params": pl.Int64,
-    "status": pl.Utf8, "best_lr": pl.Float64, "best_loss": pl.Float64, "best_objective": pl.Float64,
+    "status": pl.Utf8, "best_lr": pl.Float64, "best_loss": pl.Float64, "best_loss_se": pl.Float64,
+    "neighbour_lr": pl.Float64, "neighbour_gap": pl.Float64, "neighbour_gap_se": pl.Float64,
+    "neighbour_gap_paired": pl.Boolean, "within_noise": pl.Boolean, "best_objective": pl.Float64,
     "interp_lr": pl.Float64, "interp_objective": pl.Float64, "n_points": pl.Int64, "n_diverged": pl.Int64,
-    "n_failed": pl.Int64, "n_running": pl.Int64,
+    "n_stalled": pl.Int64, "n_failed": pl.Int64, "n_running": pl.Int64,
 }
 
 

@@ -56,7 +56,7 @@ class PointRun:
 
 
 def outcome_of(row: PointRow) -> dict[str, Any]:
-    """A finished point's summary: its outcome (ok, diverged, failed) with the reason, and its final numbers."""
+    """A finished point's summary: its outcome (ok, diverged, stalled, failed) with the reason, and its final numbers."""
     return {"outcome": row.state.value, "reason": row.reason, "objective": row.objective, "loss": row.loss,
             "accuracy": row.accuracy, "init_loss": row.init_loss, "diverged_step": row.diverged_step,
             "steps": row.steps, "tokens": row.tokens, "train_seconds": row.train_seconds, "attempt": row.attempt}
