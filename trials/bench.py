@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 import statistics
+from pathlib import Path
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -44,6 +45,7 @@ from models import ModelConfig, count_params, flops_per_token
 from models.bench import matmul_peak_gflops
 from trials.config import DataConfig, DivergenceConfig, TrainConfig
 from trials.errors import TrialInputError
+from trials.footprint import TrialShape, measured_path, record_measured, shape_key
 from trials.spec import TrialSpec
 from trials.train import Trial
 
@@ -206,6 +208,32 @@ def memory(device: torch.device) -> dict[str, Any]:
     return {"peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
 
+def trial_shape(settings: BenchSettings) -> TrialShape:
+    """The benchmarked trial's shape as the memory model sees it (`sweeper.search.memory.cell_shape` of a cell
+    with the same settings gives the same shape, hence the same key)."""
+    cfg = settings.model()
+    counts = count_params(cfg)
+    return TrialShape(family=cfg.family, params=counts["total"], params_matmul=counts["matmul"], width=cfg.width,
+                      layers=cfg.depth, vocab=cfg.vocab, seq_len=cfg.seq_len,
+                      micro_sequences=min(settings.batch, settings.micro_batch or settings.batch),
+                      bf16=settings.dtype == "bf16", cuda=settings.device == "cuda", fused_loss=settings.fused_loss,
+                      cuda_graphs=settings.cuda_graphs)
+
+
+def record_peak(settings: BenchSettings, device: torch.device, figures: dict[str, Any]) -> Path:
+    """Keep this run's whole footprint on the device (allocator peak reserved + the CUDA context beside it) for
+    `stack: auto` (`trials.footprint.measured_path()`); adds `context_bytes` to `figures`."""
+    free, total = torch.cuda.mem_get_info(device)
+    figures["context_bytes"] = max(0, (total - free) - torch.cuda.memory_reserved(device))
+    shape = trial_shape(settings)
+    record_measured(shape_key(shape, settings.method, settings.compile), settings.stack,
+                    figures["peak_reserved_bytes"] + figures["context_bytes"], device=torch.cuda.get_device_name(device),
+                    device_total_bytes=total,
+                    describe=f"{settings.method} d{settings.width} L{settings.depth} V{settings.vocab} seq {settings.seq_len} "
+                             f"micro {shape.micro_sequences} {settings.dtype}{' compiled' if settings.compile else ''}")
+    return measured_path()
+
+
 @dataclass
 class Peaks:
     """Matmul peaks measured during the run: GFLOP/s by wall time, and per second of CPU time."""
@@ -364,6 +392,8 @@ def run_bench(settings: BenchSettings) -> dict[str, Any]:
         "warmup_eval_s": warmup_eval, "measured": trial.evaluations - evaluations_before,
     }
     result["memory"] = memory(device)
+    if device.type == "cuda" and not settings.compare:  # (K separate models in the process would inflate the peak)
+        result["memory"]["recorded"] = str(record_peak(settings, device, result["memory"]))
     result["loadavg_start"] = [round(x, 2) for x in load_start]
     result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     return result

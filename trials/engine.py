@@ -47,12 +47,11 @@ from torch import Tensor
 from trials.config import TrainConfig
 from trials.errors import TrialInputError
 from trials.flat_optim import FlatStackedAdamW
+from trials.footprint import GRAPH_POOL_MARGIN
 from trials.optim import StackedAdamW
 
 CUDA_SYNC_EVERY = 16
 GRAPH_WARMUP_STEPS = 2
-#: the graph pool over one step's transient working set (2 MiB allocator blocks, fragmentation between buffers)
-GRAPH_POOL_MARGIN = 1.1
 
 
 @dataclass(frozen=True)

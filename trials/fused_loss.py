@@ -32,12 +32,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-#: CPU: logits elements per chunk and member (rows x V): 2**23 fp32 = 32 MiB, ~260 rows at V = 32000. Measured
-#: on 2 Zen 4 cores (V = 32000, 1024 rows): 128-256 rows per chunk were fastest for K = 1 (20% faster than the
-#: unfused loss), 512-1024 for K = 4 (7% faster); fewer rows starve the matmuls, more leave the caches.
-CPU_CHUNK_ELEMENTS_PER_MEMBER = 2**23
-#: on a GPU a chunk only bounds memory: 2**28 fp32 = 1 GiB of logits at a time, all members together
-CUDA_CHUNK_ELEMENTS = 2**28
+# the chunk sizes (with their reasons) live beside the memory model that counts them
+from trials.footprint import CPU_CHUNK_ELEMENTS_PER_MEMBER, CUDA_CHUNK_ELEMENTS
 
 
 def _compute_dtype(h: Tensor) -> torch.dtype:

@@ -11,7 +11,7 @@ Checks (full suite: one CUDA device, width 128, bf16, compiled, evaluations incl
 | `graphs/L48/K8` | the same as `shape/L48/K8` with `cuda_graphs: true` | tokens/s >= 0.95x without |
 | `stacked_vs_separate` | tokens/s of the K=8 stack / of 8 separate models (one K=1 model's tokens/s: they run in turn) | >= 5x at each depth |
 | `mfu` | model FLOP/s at depth 512, K=8 / the device's dense bf16 peak | >= 0.25 |
-| `memory_model` | each shape's peak memory (allocator peak + CUDA context) / `stack: auto`'s prediction | <= 1 |
+| `memory_model` | each shape's peak memory (allocator peak + CUDA context) / `stack: auto`'s model | <= 1 |
 | `determinism`, `determinism_compiled` | `train.deterministic`: a trial run twice, and stopped and resumed | bit-identical |
 | `long_trial` | 600 steps at depth 48 with `sweeps/depth.yaml`'s batch, micro-batch and evaluation, `TORCH_LOGS=recompiles` | all steps, 2 evaluations, no recompile-limit hit, <= 4 recompiles, loss falls, memory <= prediction |
 | `sweep` | `sweeper launch` of a depth.yaml-shaped YAML (synthetic data, fractional GPUs, `stack: auto`) | finishes, no failed cell, >= 2 trials share the GPU |
@@ -352,26 +352,11 @@ def _cell_for(cfg: SuiteConfig, folder: Path, *, depth: int, batch: int, micro_b
 
 
 def predicted_trial_bytes(cell: Any, stack: int) -> int:
-    """What `stack: auto`'s model (`sweeper.search.planner.auto_stack`) says a trial of `stack` members of `cell`
-    needs, read back from the function itself: the smallest memory budget at which it grants 2 members,
-    and 3, give the per-member bytes and the per-trial bytes it counts."""
-    from sweeper.search.planner import auto_stack
+    """What `stack: auto`'s memory model (`sweeper.search.memory`, the formula, not a measurement) says a trial of
+    `stack` members of `cell` holds at its peak, CUDA context included."""
+    from sweeper.search.memory import estimate
 
-    def threshold(k: int) -> float:
-        low, high = 1.0, float(2**52)
-        for _ in range(80):
-            mid = (low + high) / 2
-            try:
-                granted = auto_stack(dataclasses.replace(cell, memory_gb=mid / 2**30), k, k, None, 1)
-            except Exception:  # a planner that refuses a budget too small for one member
-                granted = 0
-            low, high = (low, mid) if granted >= k else (mid, high)
-        return high
-
-    two, three = threshold(2), threshold(3)
-    per_member = three - two
-    per_trial = two - 2 * per_member
-    return int(round(per_trial + stack * per_member))
+    return estimate(cell).model.total(stack)
 
 
 def _footprint(memory: dict[str, Any], context: int | None = None) -> int | None:

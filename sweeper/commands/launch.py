@@ -70,8 +70,11 @@ def run(args: argparse.Namespace) -> int:
     plan.overrides, plan.document = validated.overrides, validated.document
     for warning in validated.warnings:
         console.print(labelled("warning:", warning), highlight=False, soft_wrap=True)
+    from sweeper.run.machine import checked_memory  # (see above)
+
+    memory = checked_memory(plan)  # stack: auto refuses a cell that cannot fit one member
     if args.dry_run:
-        return dry_run(plan, args.throughput, as_json=args.json, console=console)
+        return dry_run(plan, args.throughput, as_json=args.json, console=console, memory=memory)
     from sweeper.run.launch import launch  # Ray, Optuna and the trial code: only to run the sweep
 
     # With --json, stdout carries the summary only: Ray's driver-side listener prints cluster events
@@ -143,11 +146,17 @@ def print_summary(summary: Any, console: Any) -> None:
         console.print(f"next: sweeper optima {summary.sweep_dir}", highlight=False)
 
 
-def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any) -> int:
+def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any, memory: Any = None) -> int:
     from rich.table import Table  # (see `run`)
+
+    from sweeper.search.memory import describe  # (see `run`)
 
     rows = []
     for cell in plan.cells:
+        stack = None
+        if memory is not None:
+            device, measured, host = memory
+            stack = describe(cell, plan.config.max_stack, device=device, host_memory_bytes=host, measured=measured)
         grid = initial_grid(cell.policy)
         flops_point = cell.flops_per_token * cell.tokens_per_point
         rows.append({
@@ -155,7 +164,7 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any) -> int
             "loops": cell.loops, "width": cell.width, "params": cell.params, "params_nonembed": cell.params_nonembed,
             "tokens_per_point": cell.tokens_per_point, "steps_per_point": cell.steps_per_point,
             "flops_per_point": flops_point, "initial_grid": grid, "max_points": cell.policy.max_points,
-            "resources": cell.resources, "prior": cell.prior,
+            "resources": cell.resources, "prior": cell.prior, "stack_auto": stack,
         })
     initial = sum(r["flops_per_point"] * len(r["initial_grid"]) for r in rows)
     cap = sum(r["flops_per_point"] * r["max_points"] for r in rows)
@@ -170,7 +179,10 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any) -> int
         return 0
     table = Table(title=f"{plan.config.name}: plan (dry run, nothing is written)", title_justify="left",
                   header_style="bold")
-    for name in ("method", "size", "seeds", "params", "tokens/pt", "steps", "FLOPs/pt", "initial grid", "resources"):
+    columns = ["method", "size", "seeds", "params", "tokens/pt", "steps", "FLOPs/pt", "initial grid", "resources"]
+    if memory is not None:
+        columns.append("stack: auto")
+    for name in columns:
         table.add_column(name, justify="left" if name in ("method", "size", "initial grid", "resources") else "right")
     seen = set()
     for r in rows:
@@ -186,6 +198,7 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any) -> int
             str(r["steps_per_point"]), f"{r['flops_per_point']:.3g}",
             f"{len(grid)} × {grid[0]:.3g}…{grid[-1]:.3g}{prior}" if grid else "—",
             ", ".join(f"{k}={_resource(k, v)}" for k, v in r["resources"].items()),
+            *([_stack_auto(r["stack_auto"])] if memory is not None else []),
         )
     console.print(table)
     console.print(
@@ -199,7 +212,15 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any) -> int
                       "LR they predict (narrower when the prediction is tight)", highlight=False)
     console.print(f"stack: {plan.config.stack}, concurrency: {plan.config.concurrency}; output: {plan.sweep_dir}",
                   highlight=False)
+    if memory is not None:
+        console.print(f"stack: auto plans with {memory[0].describe()}; its column: the members "
+                      "of one trial, and their GiB (the model's, or measured by sweeper bench) of the trial's budget", highlight=False)
     return 0
+
+
+def _stack_auto(s: dict[str, Any]) -> str:
+    mark = "" if s["source"] == "model" else " (measured)"
+    return f"{s['stack']}: {s['stack_bytes'] / 2**30:.3g} of {s['budget_bytes'] / 2**30:.3g} GiB{mark}"
 
 
 def _si(n: float) -> str:

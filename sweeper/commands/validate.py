@@ -2,7 +2,8 @@
 
 It runs every check `sweeper launch` makes before it trains: the schema (every problem at once, each
 as FILE:LINE: field: problem), then the planner that `launch` and `launch --dry-run` use (every cell's
-model, counted), so that a file that validates is never refused by launch's planning.
+model, counted; with `stack: auto`, every cell's single member fitting its trial's memory), so that a
+file that validates is never refused by launch's planning.
 """
 
 from __future__ import annotations
@@ -38,7 +39,10 @@ def run(args: argparse.Namespace) -> int:
     cfg = validated.config
     from sweeper.search.planner import build_plan  # the planner launch uses (models' counting): once the file is valid
 
-    build_plan(cfg, source=Path(args.file))
+    plan = build_plan(cfg, source=Path(args.file))
+    from sweeper.run.machine import checked_memory  # (see above)
+
+    checked_memory(plan)  # stack: auto refuses a cell that cannot fit one member, as launch does
     for warning in validated.warnings:
         sys.stderr.write(f"warning: {warning}\n")
     sizes = size_labels(depths=cfg.model.depths, loops=cfg.model.loops, sizes=[s.name for s in cfg.model.sizes or []])

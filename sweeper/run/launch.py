@@ -31,6 +31,7 @@ from sweeper.records.store import MANIFEST, load_cells, load_points
 from sweeper.records.table import status_counts
 from sweeper.run import sweep_dir
 from sweeper.run.display import LiveDisplay
+from sweeper.run.machine import memory_inputs
 from sweeper.run.sweep_run import SweepRun
 from sweeper.run.tune_session import ENV_DEFAULTS, TuneSession
 from sweeper.search.planner import Plan
@@ -122,8 +123,9 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
     session = TuneSession.open(plan, manifest, address, messages)
     tracking = open_tracking(plan, messages.append)
     try:
-        sweep = SweepRun(plan, ledger, store, concurrency=session.concurrency, host_memory=_host_memory(),
-                         tracking=tracking)
+        device, measured, host = memory_inputs(plan.config.resources.gpu_memory_gb)
+        sweep = SweepRun(plan, ledger, store, concurrency=session.concurrency, host_memory=host, device=device,
+                         measured=measured, tracking=tracking)
         if tracking is not None:
             tracking.warn = sweep.messages.append  # later warnings go to the live display
         sweep.expected_corpus = manifest.get("corpus")
@@ -186,9 +188,3 @@ def open_tracking(plan: Plan, warn: Any) -> Tracking | None:
     trackers = open_trackers(section, plan.sweep_dir, plan.config.name, warn)
     return Tracking(plan.config.name, trackers, {cell.cell_id: cell.compat for cell in plan.cells}, warn=warn)
 
-
-def _host_memory() -> int | None:
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):
-        return None

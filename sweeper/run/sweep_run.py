@@ -25,7 +25,8 @@ from sweeper.run.book import CellBook, Change, LedgerOp
 from sweeper.run import weights
 from sweeper.run.recorder import Recorder
 from sweeper.run.tune_trials import LaunchStats, TuneTrials
-from sweeper.search.planner import Cell, Plan, auto_stack
+from sweeper.search.memory import DeviceMemory, auto_stack
+from sweeper.search.planner import Cell, Plan
 from sweeper.tracking.core import Tracking
 from trials.spec import StepReport, TrialSpec
 
@@ -71,11 +72,14 @@ def point_ids_of(config: Mapping[str, Any] | None) -> list[str]:
 
 class SweepRun:
     def __init__(self, plan: Plan, ledger: Ledger, store: Store, *, concurrency: int = 1,
-                 host_memory: int | None = None, clock: Callable[[], float] = time.time,
+                 host_memory: int | None = None, device: DeviceMemory | None = None,
+                 measured: Mapping[str, Any] | None = None, clock: Callable[[], float] = time.time,
                  tracking: Tracking | None = None) -> None:
         self.plan = plan
         self.clock = clock
         self.host_memory = host_memory
+        self.device = device  # stack: auto's GPU memory (None: sweeper.search.memory's default)
+        self.measured = measured or {}  # sweeper bench's measured peaks
         self.book = CellBook(plan.cells)
         self.trials = TuneTrials(concurrency, started=clock())
         self.recorder = Recorder(ledger, store, self.book.cells, clock=clock, tracking=tracking)
@@ -119,7 +123,8 @@ class SweepRun:
     def stack_size(self, cell: Cell, queued: int) -> int:
         setting = self.plan.config.stack
         if setting == "auto":
-            return auto_stack(cell, queued, self.plan.config.max_stack, self.host_memory, self.trials.concurrency)
+            return auto_stack(cell, queued, self.plan.config.max_stack, self.host_memory, self.trials.concurrency,
+                              device=self.device, measured=self.measured)
         return max(1, min(int(setting), queued))
 
     def suggest(self, tune_trial_id: str) -> TrialConfig | SweepDone | None:

@@ -397,6 +397,9 @@ class Resources(Strict):
     cpu: NonNegFloat = Field(1.0, description="CPUs per trial (also the trial's torch threads)")
     gpu: NonNegFloat = Field(0.0, description="GPUs per trial; a fraction packs trials on one GPU")
     memory_gb: PositiveFloat | None = Field(None, description="memory per trial (Ray scheduling and stack: auto)")
+    gpu_memory_gb: PositiveFloat | None = Field(
+        None, description="memory of one GPU, for stack: auto (default: measured by sweeper bench here, else this "
+                          "machine's GPU, else 80)")
     custom: dict[str, NonNegFloat] = Field(default_factory=dict, description="custom Ray resources, e.g. a node tag")
     by_size: list[ResourceRule] = Field(default_factory=list, description="overrides by depth or size")
 
