@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from models.counting import count_params
+from models.family_settings import loop_settings
 from sweeper.errors import UserError
 from trials.footprint import Footprint, TrialShape, footprint, measured_stack_bytes, shape_key
 
@@ -69,14 +70,23 @@ def cell_shape(cell: Any, micro_batch: int | None = None) -> TrialShape:
     gpu = on_gpu(cell)
     return TrialShape(
         family=cell.family, params=cell.params, params_matmul=count_params(cell.model)["matmul"], width=cell.width,
-        # layers holding activations: the blocks; a loop-count sweep's loop count (its core runs T times)
-        layers=cell.loops if cell.loops is not None else cell.depth,
+        layers=activation_layers(cell),
         vocab=cell.model.vocab, seq_len=cell.model.seq_len,
         micro_sequences=min(cell.train.batch_size, micro or cell.train.batch_size),
         bf16=cell.train.dtype == "bf16" or (cell.train.dtype == "auto" and gpu),
         cuda=gpu and cell.train.device != "cpu", fused_loss=bool(getattr(cell.train, "fused_loss", True)),
         cuda_graphs=bool(getattr(cell.train, "cuda_graphs", False)) and gpu,
     )
+
+
+def activation_layers(cell: Any) -> int:
+    """Layers whose activations a training step keeps: the blocks; a looped model's prelude and coda once and
+    its core once per iteration that gradients flow through (the last `backprop_loops`; earlier iterations run
+    without gradients and keep nothing)."""
+    if cell.family != "looped":
+        return cell.depth
+    loop = loop_settings(cell.model)
+    return loop.prelude + loop.coda + loop.core * min(loop.backprop_loops, loop.max_loops)
 
 
 @dataclass(frozen=True)
