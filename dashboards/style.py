@@ -46,6 +46,7 @@ STATUS_COLOURS: dict[str, str] = {
     "diverged": "#E34A33",
     "stalled": "#AE017E",  # every point diverged or stalled (learned nothing beyond token frequencies)
     "failed": "#969696",  # every point of the cell crashed
+    "fixed": "#6BAED6",  # a fixed recipe (lr.fixed): trained at its one learning rate, no optimum searched
 }
 OUTCOME_COLOURS: dict[str, str] = {"ok": "#333333", "diverged": "#E34A33", "stalled": "#AE017E", "failed": "#7F7F7F"}
 

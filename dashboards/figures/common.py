@@ -144,14 +144,14 @@ def group_status(data: SweepData) -> dict[tuple[str, str], str]:
         if "running" in s or ("pending" in s and len(s) > 1):
             out[key] = "running"
         elif len(s) == 1:
-            out[key] = s.pop()  # pending, bracketed, edge, diverged or failed on every seed
+            out[key] = s.pop()  # pending, bracketed, edge, diverged, failed or fixed on every seed
         else:
             out[key] = "edge"  # some seed's optimum is not bracketed
     return out
 
 
 STATUS_DASH = {"bracketed": "solid", "edge": "dash", "running": "dot", "pending": "dot", "diverged": "dot",
-               "stalled": "dot"}
+               "stalled": "dot", "fixed": "dashdot"}
 
 
 def y_window(values: list[float]) -> tuple[float, float, float] | None:

@@ -229,7 +229,9 @@ def loss_vs_lr(data: SweepData, *, facet: str = "method") -> FigureDict:
             # per (method, size): geometric mean of the seeds' optimal LRs, their range as an
             # error bar, mean objective
             opt = (
-                cells.filter(pl.col(lr_col).is_finite() & (pl.col(lr_col) > 0) & pl.col(obj_col).is_finite())
+                # a fixed-recipe cell claims no optimum: its one point is drawn, no star
+                cells.filter(pl.col(lr_col).is_finite() & (pl.col(lr_col) > 0) & pl.col(obj_col).is_finite()
+                             & (pl.col("status") != "fixed"))
                 .group_by("method", "size")
                 .agg(
                     pl.col(lr_col).log().mean().exp().alias("lr"),

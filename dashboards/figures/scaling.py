@@ -291,8 +291,10 @@ def scaling(data: SweepData) -> FigureDict:
             xs.append(o["x"])
             ys.append(mean)
             bracketed = all(s == "bracketed" for s in o["statuses"])
-            symbols.append("circle" if bracketed else "circle-open")
-            custom.append([style.text(o["size"]), len(o["values"]), "bracketed" if bracketed else "not bracketed"])
+            fixed = all(s == "fixed" for s in o["statuses"])  # the recipe's loss, compared at equal recipe
+            symbols.append("square" if fixed else "circle" if bracketed else "circle-open")
+            custom.append([style.text(o["size"]), len(o["values"]),
+                           "fixed recipe, no LR search" if fixed else "bracketed" if bracketed else "not bracketed"])
         traces.append(
             {
                 "type": "scatter", "mode": "lines", "uid": uid("scaling", method, "observed-line"),
@@ -392,7 +394,8 @@ def optimal_lr(data: SweepData) -> FigureDict:
                     }
                 )  # fmt: skip
             continue
-        observed = _observed_by_size(data, method, kind, "best_lr")
+        # optimal LRs: a fixed-recipe cell's LR is the recipe's, not an optimum
+        observed = [o for o in _observed_by_size(data, method, kind, "best_lr") if "fixed" not in o["statuses"]]
         interp = {o["size"]: o for o in _observed_by_size(data, method, kind, "interp_lr")}
         xs, ys, custom = [], [], []
         mean_x, mean_y = [], []

@@ -192,6 +192,11 @@ def _iv(est: dict[str, Any] | None, spec: str = ".4g") -> str:
     return text
 
 
+def _same_recipe(doc: dict[str, Any]) -> bool:
+    """Every ranked method at its optimum, or every one at the same fixed recipe."""
+    return len({str(r.get("recipe")) for r in doc["ranking"]}) <= 1
+
+
 def _exponent_cell(ce: dict[str, Any] | None) -> Any:
     from rich.text import Text
 
@@ -285,6 +290,10 @@ def render(doc: dict[str, Any], written: Path | None) -> None:
         lr.add_column(col, justify="left" if col == "method" else "right")
     for method, m in doc["methods"].items():
         lf = m["lr_fit"]
+        if lf is None:  # a fixed recipe: no optimum was searched
+            lrs = ", ".join(f"{v:.3g}" for v in m["recipe"]["lrs"])
+            lr.add_row(method, "—", f"fixed recipe (lr {lrs}): no LR law", "", "")
+            continue
         lr.add_row(method, str(lf["n_points"]), _iv(lf["exponent"], ".3g"), _iv(lf["coef"], ".3g"), _trust(lf))
     console.print(lr)
 
@@ -295,7 +304,7 @@ def render(doc: dict[str, Any], written: Path | None) -> None:
         for method, m in doc["methods"].items():
             losses = {t["x"]: t for t in m["loss_fit"].get("targets", [])}
             plain = {t["x"]: t for t in (m["loss_fit"].get("loglog") or {}).get("targets", [])}
-            lrs = {t["x"]: t for t in m["lr_fit"].get("targets", [])}
+            lrs = {t["x"]: t for t in (m["lr_fit"] or {}).get("targets", [])}
             for target in doc["targets"]:
                 lt, pt, rt = losses.get(target), plain.get(target), lrs.get(target)
                 pred.add_row(
@@ -314,7 +323,9 @@ def render(doc: dict[str, Any], written: Path | None) -> None:
         for r in doc["ranking"]:
             ce = doc["methods"][r["method"]]["compute_exponent"]
             rank.add_row(str(r["rank"]), r["method"], f"{r['loss_at_largest']:.4f}",
-                         format_size(r["x_at_largest"]) + ("" if r["comparable"] else " (own largest)"),
+                         format_size(r["x_at_largest"]) + ("" if r["comparable"] else " (own largest)"
+                                                           if r.get("recipe") is None or _same_recipe(doc) else
+                                                           " (other recipe: not comparable)"),
                          _exponent_cell(ce), "yes" if r["lowest_at_every_common_size"] else "")
         console.print(rank)
 
@@ -335,7 +346,7 @@ def render(doc: dict[str, Any], written: Path | None) -> None:
         console.print(labelled("warning:", warning))
     for method, m in doc["methods"].items():
         for part in ("loss_fit", "lr_fit"):
-            for warning in m[part]["warnings"]:
+            for warning in (m[part] or {}).get("warnings", []):
                 console.print(labelled(f"{method} {part.replace('_', ' ')}:", warning))
         cf = m.get("compute_fit") or {}
         for warning in cf.get("warnings", []):

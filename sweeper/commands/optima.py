@@ -87,6 +87,9 @@ def run(args: argparse.Namespace) -> int:
         console.print("stalled: trained to the end without beating the loss of predicting by token frequencies "
                       "by divergence.stall_margin; counts like a diverged point (never an optimum, never in a fit)",
                       highlight=False, style="dim")
+    if any(r["status"] == "fixed" for r in rows):
+        console.print("fixed: a fixed-recipe cell (lr.fixed): its best lr is the recipe's, not an optimum",
+                      highlight=False, style="dim")
     console.print("interp lr: the vertex of a parabola in log LR through the best grid point and its two neighbours; "
                   "interp objective: the parabola's value there (a model, not a measured loss: fits use the best loss)",
                   highlight=False, style="dim")

@@ -273,7 +273,7 @@ class CellRow:
     """A cell's status and optimum, as the store's `cells` table holds it."""
 
     cell: CellFacts
-    status: CellStatus = column("str", "pending | running | bracketed | edge | diverged | stalled | failed "
+    status: CellStatus = column("str", "pending | running | bracketed | edge | diverged | stalled | failed | fixed "
                                        "(sweeper.records.states.CellStatus)", default=CellStatus.PENDING)
     n_points: int = column("int", "finished points", default=0)
     n_running: int = column("int", "points a Tune trial holds", default=0)

@@ -12,6 +12,7 @@ A *cell*'s status is what bracketing decided (`sweeper.search.bracketing.decide`
 `pending`/`running` before that. A cell whose every informative point diverged or stalled ends
 `diverged` (all diverged) or `stalled` (at least one stalled): the method found no usable
 learning rate at that size (`CellStatus.learned_nothing`), which the figures mark as a failure.
+A fixed-recipe cell (no search) ends `fixed`, `diverged`, `stalled` or `failed`.
 
 No imports beyond the standard library: every package of the sweeper reads these.
 """
@@ -61,6 +62,7 @@ class CellStatus(str, Enum):
     DIVERGED = "diverged"  # every informative point diverged, down to a bound or the cap
     STALLED = "stalled"  # every informative point diverged or stalled (some stalled), down to a bound or the cap
     FAILED = "failed"  # every point crashed
+    FIXED = "fixed"  # a fixed-recipe cell (`lr: {fixed: X}`): its one learning rate trained ok; no optimum searched
 
     __str__ = str.__str__
     __format__ = str.__format__

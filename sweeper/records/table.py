@@ -22,6 +22,7 @@ STATUS_STYLE = {
     "diverged": "red",
     "stalled": "bold magenta",
     "failed": "bold red",
+    "fixed": "cyan",
 }
 
 
@@ -64,8 +65,8 @@ def status_counts(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
 
 
 def counts_line(counts: dict[str, int]) -> str:
-    order = [CellStatus.BRACKETED, CellStatus.RUNNING, CellStatus.PENDING, CellStatus.EDGE, CellStatus.DIVERGED,
-             CellStatus.STALLED, CellStatus.FAILED]
+    order = [CellStatus.BRACKETED, CellStatus.FIXED, CellStatus.RUNNING, CellStatus.PENDING, CellStatus.EDGE,
+             CellStatus.DIVERGED, CellStatus.STALLED, CellStatus.FAILED]
     parts = [f"{counts[s]} {s}" for s in order if counts.get(s)]
     return ", ".join(parts) if parts else "no cells"
 

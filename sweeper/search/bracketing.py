@@ -85,6 +85,7 @@ class LRPolicy:
     refine_min_gain: float = 0.0
     vertex_first: bool = False
     failed_neighbour: Literal["skip", "half_step"] = "skip"
+    fixed: float | None = None  # a fixed recipe: this one learning rate, no search (see `decide`)
 
     def __post_init__(self) -> None:
         if not 0 < self.lo < self.hi:
@@ -99,6 +100,8 @@ class LRPolicy:
             raise ValueError(f"vertex_offset must lie in [0, 2) half steps (got {self.vertex_offset})")
         if not 0 <= self.refine_min_gain < 1:
             raise ValueError(f"refine_min_gain must lie in [0, 1) (got {self.refine_min_gain})")
+        if self.fixed is not None and not self.lo <= self.fixed <= self.hi:
+            raise ValueError(f"the fixed learning rate {self.fixed:g} lies outside the bounds [{self.lo:g}, {self.hi:g}]")
         if self.failed_neighbour not in ("skip", "half_step"):
             raise ValueError(f"failed_neighbour must be 'skip' or 'half_step' (got {self.failed_neighbour!r})")
 
@@ -133,6 +136,8 @@ def initial_grid(policy: LRPolicy, *, center: float | None = None) -> list[float
     With an even number of points the extra one goes below the centre. A grid that
     would cross a bound is shifted inside it, keeping its size where the bounds allow.
     """
+    if policy.fixed is not None:
+        return [canonical(policy.fixed)]
     if policy.grid is not None and center is None:
         return sorted({canonical(lr) for lr in policy.grid if _inside(lr, policy)})
     c = center if center is not None else policy.center
@@ -211,8 +216,11 @@ def decide(points: Sequence[GridPoint], policy: LRPolicy, *, initial: Sequence[f
     """The status of a cell and the learning rates to try next.
 
     `initial` replaces the policy's initial grid (a prior); it is used only while the
-    cell has no points. Never proposes a learning rate that is among `points`.
+    cell has no points. Never proposes a learning rate that is among `points`. A fixed recipe
+    (`policy.fixed`) is decided by `decide_fixed`.
     """
+    if policy.fixed is not None:
+        return decide_fixed(points, policy)
     if not points:
         grid = list(initial) if initial is not None else initial_grid(policy)
         return CellDecision("pending", tuple(grid[: policy.max_points]), reason="not started")
@@ -292,6 +300,26 @@ def decide(points: Sequence[GridPoint], policy: LRPolicy, *, initial: Sequence[f
         if refine:
             return CellDecision("running", tuple(sorted(refine)), reason="refining at half the grid step", **base)
     return CellDecision("bracketed", reason="optimum bracketed", **base)
+
+
+def decide_fixed(points: Sequence[GridPoint], policy: LRPolicy) -> CellDecision:
+    """A fixed-recipe cell: one point at the recipe's learning rate, no search, no optimum. It ends `fixed`
+    when that point is ok (its result is the recipe's, compared with other cells at the same recipe),
+    `diverged` or `failed` like any other point. Points at other learning rates (a cell that was swept in
+    an earlier launch) are left out of the decision."""
+    assert policy.fixed is not None
+    lr = canonical(policy.fixed)
+    mine = [p for p in points if canonical(p.lr) == lr]
+    if not mine:
+        return CellDecision("pending", (lr,), reason="fixed recipe: not started")
+    point = mine[-1]
+    if point.state in ACTIVE_STATES:
+        return CellDecision("running", reason="fixed recipe: training the recipe's learning rate")
+    if point.is_ok:
+        return CellDecision("fixed", best=point, reason=f"fixed recipe: trained at lr {lr:g}; no optimum searched")
+    if PointState(point.state).counts_as_diverged:
+        return CellDecision("diverged", reason=f"fixed recipe: lr {lr:g} diverged")
+    return CellDecision("failed", reason=f"fixed recipe: lr {lr:g} failed (see the point's reason)")
 
 
 def _walk(start: float, direction: int, policy: LRPolicy, tried: set[float], count: int) -> list[float]:

@@ -171,6 +171,13 @@ class LRSection(Strict):
             "(the law's uncertainty plus the scatter of optima about it; at least 3 and at most `points` points)"
         ),
     )
+    fixed: PositiveFloat | None = Field(
+        None,
+        description=(
+            "a fixed recipe: train this one learning rate, no search (one point per cell; the cell ends `fixed`, not "
+            "`bracketed`; fits compare such cells at equal recipe and claim no optimum). The other keys are unused"
+        ),
+    )
 
     @property
     def initial_points(self) -> int:
@@ -180,9 +187,9 @@ class LRSection(Strict):
 
     def to_policy(self) -> LRPolicy:
         return LRPolicy(
-            lo=self.bounds[0], hi=self.bounds[1], center=self.center, points=self.initial_points, factor=self.factor,
+            lo=self.bounds[0], hi=self.bounds[1], fixed=self.fixed, center=self.center, points=self.initial_points, factor=self.factor,
             grid=tuple(self.grid) if self.grid is not None else None, refine=self.refine,
-            extend_by=self.extend_by, max_points=self.max_points, vertex_offset=self.vertex_offset,
+            extend_by=self.extend_by, max_points=1 if self.fixed is not None else self.max_points, vertex_offset=self.vertex_offset,
             refine_min_gain=self.refine_min_gain, vertex_first=self.vertex_first,
             failed_neighbour=self.failed_neighbour,
         )
@@ -201,6 +208,23 @@ class LRSection(Strict):
         if bounds and not bounds[0] <= value <= bounds[1]:
             raise PydanticCustomError("outside_bounds", f"must lie within lr.bounds [{bounds[0]:g}, {bounds[1]:g}]")
         return value
+
+    @field_validator("fixed")
+    @classmethod
+    def _fixed_inside(cls, value: float | None, info: ValidationInfo) -> float | None:
+        bounds = info.data.get("bounds")
+        if value is not None and bounds and not bounds[0] <= value <= bounds[1]:
+            raise PydanticCustomError("outside_bounds", f"must lie within lr.bounds [{bounds[0]:g}, {bounds[1]:g}]")
+        return value
+
+    @model_validator(mode="after")
+    def _fixed_alone(self) -> "LRSection":
+        if self.fixed is not None and self.grid is not None:
+            raise PydanticCustomError("fixed_and_grid", "give lr.fixed (one learning rate, no search) or lr.grid, not both")
+        if self.fixed is not None and self.prior == "extrapolate":
+            raise PydanticCustomError("fixed_and_prior", "lr.prior: extrapolate searches from smaller sizes; a fixed "
+                                                         "recipe (lr.fixed) searches nothing: leave prior out")
+        return self
 
     @field_validator("grid")
     @classmethod

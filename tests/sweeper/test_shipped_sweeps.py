@@ -12,14 +12,14 @@ from sweeper.errors import UserError
 from sweeper.spec.schema import load_sweep
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
-NEEDS_LOCAL_DATA = {"vit.yaml": "/data/imagenet/train", "depth.yaml": "/data/c4-en-t5-9B", "ladder.yaml": "/data/c4-en-t5-110B"}
+NEEDS_LOCAL_DATA = {"vit.yaml": "/data/imagenet/train", "vit-study.yaml": "/data/imagenet/train", "depth.yaml": "/data/c4-en-t5-9B", "ladder.yaml": "/data/c4-en-t5-110B"}
 PREPARED = {"depth.yaml", "ladder.yaml"}  # token corpora made by `sweeper data prepare` (the command is in the file)
 
 
 def test_the_sweeps_folder_holds_the_documented_sweeps():
     names = {p.name for p in SWEEPS.glob("*.yaml")}
     assert {"quickstart.yaml", "quickstart-vit.yaml", "depth.yaml", "ladder.yaml", "parcae.yaml", "vit.yaml",
-            "depth-laptop.yaml"} <= names
+            "depth-laptop.yaml", "parcae-study.yaml", "parcae-baseline-study.yaml", "vit-study.yaml"} <= names
 
 
 def test_the_quickstart_says_what_to_run_next_for_a_depth_result():
@@ -69,3 +69,18 @@ def test_a_dry_run_of_depth_yaml_plans_without_its_corpus(capsys):
     assert main(["launch", str(SWEEPS / "depth.yaml"), "--dry-run", "--json"]) == 0
     assert main(["validate", str(SWEEPS / "depth.yaml")]) == 2
     assert "data.path" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["parcae-study.yaml", "parcae-baseline-study.yaml", "vit-study.yaml"])
+def test_the_study_variants_train_their_swept_twins_recipe_at_one_learning_rate(name: str):
+    """"As in the study": the swept file's recipe, Pre-Norm against +LayerRoPE, one fixed LR for every cell."""
+    study = load_sweep(SWEEPS / name, need_data=False).config
+    swept = load_sweep(SWEEPS / name.replace("-study", ""), need_data=False).config
+    assert study.methods and [m.name for m in study.methods] == ["pre", "layerrope"]
+    assert study.lr.fixed is not None and study.lr.prior == "fixed"
+    assert study.train == swept.train and study.model == swept.model and study.data == swept.data
+    assert study.divergence == swept.divergence and study.resources == swept.resources
+    if name == "vit-study.yaml":
+        assert study.lr.fixed == 5e-4 * study.train.batch_size / 512  # DeiT's rule
+    policy = study.lr.to_policy()
+    assert policy.fixed == study.lr.fixed and policy.max_points == 1

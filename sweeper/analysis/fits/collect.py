@@ -12,6 +12,11 @@ Rules (stated in `sweeper fit`'s output and in fits.json's `inputs`):
   at the loss of predicting by token frequencies) and failed points never enter a loss fit. Its optimal LR is the driver's interpolated optimum (parabola in log
   LR, `sweeper.search.bracketing.interpolate_optimum`, stored in cells.parquet) when available,
   otherwise the grid best (`lr_source="grid"` forces the grid best).
+- A fixed-recipe cell (`lr: {fixed: X}`, status `fixed`) contributes its one point's objective as the
+  loss *at the recipe*, and the recipe's LR with `lr_source="fixed"`: no optimum is claimed, so its
+  method gets no LR law (`sweeper.analysis.fits.report`), and methods are ranked as comparable only at
+  equal recipe. A method whose sizes mix fixed-recipe and bracketed cells keeps the bracketed ones (the
+  fixed ones are excluded with the reason).
 - Several seeds of one (method, size): the loss is the mean of the seeds' best objectives,
   the optimal LR the geometric mean; the seeds' spread is kept for the output, and so is each
   best point's standard error over the eval batches (`loss_se`).
@@ -40,7 +45,7 @@ XAxis = Literal["depth", "params", "compute"]
 NDef = Literal["nonembed", "total"]
 CDef = Literal["flops", "6nd"]
 
-FITTABLE = ("bracketed",)
+FITTABLE = ("bracketed", "fixed")
 FINISHED_CELL = ("bracketed", "edge", "diverged", "stalled")
 NO_OPTIMUM = ("diverged", "stalled")  # done, and every informative point diverged or stalled
 WORSE_THAN_OK = ("diverged", "stalled")  # point states that count as worse than any ok point
@@ -107,6 +112,11 @@ class SizeResult:
     statuses: list[str]
     cell_ids: list[str]
     loss_se_seeds: list[float | None] = field(default_factory=list)  # each seed's best point: SE over the eval batches
+
+    @property
+    def fixed_recipe(self) -> bool:
+        """Trained at a fixed recipe's LR (no search): its loss is the recipe's, `lr_opt` the recipe's LR."""
+        return all(source == "fixed" for source in self.lr_sources)
 
     @property
     def objective_sd(self) -> float | None:
@@ -230,8 +240,14 @@ def collect(
             edge_included.append(cid)
         fittable.append({
             "cell": cell, "best": best, "objective": float(best["objective"]),
-            "lr_opt": interp if use_interp else float(best["lr"]), "lr_source": "interp" if use_interp else "grid",
+            "lr_opt": interp if use_interp else float(best["lr"]),
+            "lr_source": "fixed" if status == "fixed" else "interp" if use_interp else "grid",
         })
+    searched = {item["cell"]["method"] for item in fittable if item["lr_source"] != "fixed"}
+    for item in [it for it in fittable if it["lr_source"] == "fixed" and it["cell"]["method"] in searched]:
+        fittable.remove(item)
+        excluded.append({"cell_id": item["cell"]["cell_id"], "reason": "fixed recipe among the method's searched "
+                         "cells: a loss at one LR is not comparable with optima"})
 
     if not fittable:
         counts: dict[str, int] = {}

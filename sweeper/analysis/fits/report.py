@@ -11,6 +11,7 @@ built; values that cannot be computed are null and a warning says why.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass
@@ -135,7 +136,8 @@ def build_report(results: SweepResults, opts: FitOptions) -> dict[str, Any]:
         "shared_e": shared_summary,
         "targets": [float(t) for t in opts.targets],
         "inputs": {
-            "rule": ("per (method, size): best objective among ok points of bracketed cells, mean over seeds; "
+            "rule": ("per (method, size): best objective among ok points of bracketed cells, mean over seeds "
+                     "(a fixed-recipe method: its one point's objective at the recipe's LR, no LR law); "
                      + ("edge cells included with a warning" if opts.include_edge else "edge cells excluded")
                      + "; diverged, stalled and failed points never enter a loss fit"),
             "lr_source": opts.lr_source,
@@ -171,10 +173,14 @@ def _method_section(
     targets = np.asarray(opts.targets, dtype=float)
 
     loss = fit_loss_curve(x, y, resamples=opts.resamples, seed=opts.seed, scheme=opts.scheme)
+    fixed = bool(usable) and all(s.fixed_recipe for s in usable)
     section: dict[str, Any] = {
         "sizes": [_size_row(s, opts) for s in usable],
+        # a fixed recipe (lr.fixed): the loss at the recipe's LR, and no LR law (no optimum was searched)
+        "recipe": ({"kind": "fixed", "lrs": sorted({float(v) for s in usable for v in s.lr_opt_seeds})} if fixed
+                   else {"kind": "optimum"}),
         "loss_fit": loss_fit_section(loss, targets, opts, extra_warnings=missing_warn),
-        "lr_fit": _lr_section(x, lr, targets, opts),
+        "lr_fit": None if fixed else _lr_section(x, lr, targets, opts),
         "compute_exponent": None,
         "sensitivity": _sensitivity_rows(method, cells, opts),
     }
@@ -416,6 +422,9 @@ def _ranking(methods: dict[str, Any], series: dict[str, list[SizeResult]], opts:
     if not ranked:
         return []
     common = set.intersection(*(set(xs) for xs in ranked.values()))
+    # methods compare at equal recipe: every one at its optimum, or every one at the same fixed LR(s)
+    recipes = {json.dumps(methods[m].get("recipe", {"kind": "optimum"}), sort_keys=True) for m in ranked}
+    equal_recipe = len(recipes) == 1
     rows = []
     for m, xs in ranked.items():
         at = max(common) if common else max(xs)
@@ -427,7 +436,8 @@ def _ranking(methods: dict[str, Any], series: dict[str, list[SizeResult]], opts:
             "method": m,
             "loss_at_largest": xs[at],
             "x_at_largest": at,
-            "comparable": bool(common),
+            "comparable": bool(common) and equal_recipe,
+            "recipe": methods[m].get("recipe", {"kind": "optimum"}),
             "compute_exponent": None if ce is None else ce["value"],
             "compute_exponent_lo": None if ce is None else ce["lo"],
             "compute_exponent_hi": None if ce is None else ce["hi"],
