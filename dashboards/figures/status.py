@@ -53,7 +53,8 @@ def status_grid(data: SweepData) -> FigureDict:
     }
     seeds: dict[tuple[str, str], list[str]] = {}
     for r in data.cells.sort("seed").iter_rows(named=True):
-        best = f", LR* {r['interp_lr'] or r['best_lr']:.3g}" if (r["interp_lr"] or r["best_lr"]) else ""
+        lr_name = "recipe LR" if r["status"] == "fixed" else "LR*"  # a fixed recipe claims no optimum
+        best = f", {lr_name} {r['interp_lr'] or r['best_lr']:.3g}" if (r["interp_lr"] or r["best_lr"]) else ""
         seeds.setdefault((r["method"], r["size"]), []).append(f"s{r['seed']}: {r['status']}{best}")
     order = list(style.STATUS_COLOURS)
     k = len(order)
@@ -94,8 +95,8 @@ def status_grid(data: SweepData) -> FigureDict:
     ]  # fmt: skip
     shown = set(status.values())
     for name in order:
-        if name in ("failed", "stalled") and name not in shown:
-            continue  # a rare status: in the legend only when some cell has it
+        if name in ("failed", "stalled", "fixed") and name not in shown:
+            continue  # a rare status (or a fixed-recipe sweep's): in the legend only when some cell has it
         traces.append(
             {
                 "type": "scatter", "mode": "markers", "uid": uid("status_grid", "legend", name),

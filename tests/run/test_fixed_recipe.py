@@ -89,3 +89,24 @@ def test_a_fixed_recipe_sweep_ends_fixed_and_fits_compare_at_equal_recipe(tmp_pa
     assert "fixed-recipe method" in doc["inputs"]["rule"]
     assert main(["fit", str(sweep), "--no-write", "--resamples", "200"]) == 0
     assert "fixed recipe (lr 0.002): no LR law" in capsys.readouterr().out
+
+
+def test_figures_draw_a_fixed_recipes_points_but_no_optimum(tmp_path: Path) -> None:
+    from dashboards import figures
+    from dashboards.data import load_sweep
+
+    sweep = fixed_sweep(tmp_path)
+    assert main(["fit", str(sweep), "--resamples", "200"]) == 0  # writes fits.json, which the figures read
+    data = load_sweep(sweep)
+    specs = figures.all_figures(data)
+    # the LR figures mark no optimum: no optimal-LR marker and no LR law for a fixed recipe
+    optimum_traces = [t for t in specs["optimal_lr"]["data"] if t.get("y")]
+    assert optimum_traces == []
+    stars = [t for t in specs["loss_vs_lr"]["data"] if t.get("name") in ("best grid point", "interpolated optimum")
+             and any(v is not None for v in t.get("y") or [])]
+    assert stars == []
+    # the scaling figure shows the recipe's losses, labelled as such
+    observed = [t for t in specs["scaling"]["data"] if t.get("customdata")]
+    assert observed and all(row[2] == "fixed recipe, no LR search" for t in observed for row in t["customdata"])
+    legend = [t["name"] for t in specs["status"]["data"][1:]]
+    assert "fixed" in legend and "bracketed" in legend
