@@ -48,7 +48,10 @@ def test_a_fixed_recipe_refuses_search_settings(raw: dict, error: str) -> None:
         LRSection.model_validate(raw)
 
 
-def fixed_sweep(tmp_path: Path) -> Path:
+@pytest.fixture(scope="module")
+def fixed_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished fixed-recipe sweep (2 methods x 2 depths), shared by the tests below (read-only but fits.json)."""
+    tmp_path = tmp_path_factory.mktemp("recipe")
     raw = {
         "name": "recipe", "methods": ["pre", "layerrope"],
         "model": {"width": 32, "heads": 2, "depths": [2, 4], "seq_len": 32},
@@ -69,9 +72,9 @@ def fixed_sweep(tmp_path: Path) -> Path:
     return sweep
 
 
-def test_a_fixed_recipe_sweep_ends_fixed_and_fits_compare_at_equal_recipe(tmp_path: Path,
+def test_a_fixed_recipe_sweep_ends_fixed_and_fits_compare_at_equal_recipe(fixed_sweep: Path,
                                                                            capsys: pytest.CaptureFixture[str]) -> None:
-    sweep = fixed_sweep(tmp_path)
+    sweep = fixed_sweep
     assert set(load_cells(sweep)["status"]) == {"fixed"}
     assert load_points(sweep).height == 4
     assert main(["optima", str(sweep), "--format", "json"]) == 0
@@ -91,11 +94,11 @@ def test_a_fixed_recipe_sweep_ends_fixed_and_fits_compare_at_equal_recipe(tmp_pa
     assert "fixed recipe (lr 0.002): no LR law" in capsys.readouterr().out
 
 
-def test_figures_draw_a_fixed_recipes_points_but_no_optimum(tmp_path: Path) -> None:
+def test_figures_draw_a_fixed_recipes_points_but_no_optimum(fixed_sweep: Path) -> None:
     from dashboards import figures
     from dashboards.data import load_sweep
 
-    sweep = fixed_sweep(tmp_path)
+    sweep = fixed_sweep
     assert main(["fit", str(sweep), "--resamples", "200"]) == 0  # writes fits.json, which the figures read
     data = load_sweep(sweep)
     specs = figures.all_figures(data)
