@@ -18,8 +18,8 @@ per member, during a forward/backward (transient)
     head's working copies (a bf16 head, its fp32 gradient: 6 d V) and the hidden states' gradient (4 T d),
     plus on a CPU one chunk per member (2^23 logits, with logsumexp's temporary: 8 bytes each);
 per trial, during a forward/backward
-    the fused loss's chunk on a GPU (all members together, 2^28 logits): fp32 logits, logsumexp's fp32
-    temporary and a bf16 slice, 9 bytes per logit = 2.25 GiB;
+    the fused loss's chunk on a GPU: the K members' rows together, min(2^28, K T V) logits (the chunk's rows
+    shrink as K grows), with logsumexp's fp32 temporary and a bf16 slice, 9 bytes per logit: at most 2.25 GiB;
 per member, during the optimizer step (after the backward, so not beside the activations)
     the update's fp32 temporaries: 4 N;
 evaluation
@@ -104,26 +104,34 @@ class Footprint:
     per_trial: dict[str, int]  # held once per trial at the peak
     context: int  # the CUDA context (0 on a CPU), outside the allocator's margin
     fragmentation: float
+    chunk_per_member: int = 0  # the fused loss's GPU chunk: bytes per member ...
+    chunk_cap: int = 0  # ... up to this, all members together
+    chunk_copies: float = 1.0  # with CUDA graphs: the pool's copy (x margin) and evaluation's eager one
 
-    def member_bytes(self) -> int:
-        return int(sum(self.per_member.values()) * (1 + self.fragmentation))
+    def chunk(self, k: int) -> int:
+        return int(min(self.chunk_cap, k * self.chunk_per_member) * self.chunk_copies)
 
-    def trial_bytes(self) -> int:
-        return int(sum(self.per_trial.values()) * (1 + self.fragmentation)) + self.context
+    def held(self, k: int) -> int:
+        """What the allocator holds at the peak with k members, before the fragmentation margin."""
+        return sum(self.per_trial.values()) + k * sum(self.per_member.values()) + self.chunk(k)
 
     def total(self, k: int) -> int:
-        return self.trial_bytes() + k * self.member_bytes()
+        return int(self.held(k) * (1 + self.fragmentation)) + self.context
 
-    def fit(self, budget: float) -> int:
+    def fit(self, budget: float, limit: int = 4096) -> int:
         """Members that fit in `budget` bytes (0: not even one)."""
-        return max(0, int((budget - self.trial_bytes()) // max(1, self.member_bytes())))
+        k = 0
+        while k < limit and self.total(k + 1) <= budget:
+            k += 1
+        return k
 
     def terms(self, k: int) -> dict[str, int]:
         """Every term at k members (bytes), for tables and the README."""
         out = {f"{name} (x{k})": k * value for name, value in self.per_member.items() if value}
         out.update({name: value for name, value in self.per_trial.items() if value})
-        held = sum(self.per_trial.values()) + k * sum(self.per_member.values())
-        out["fragmentation"] = int(held * self.fragmentation)
+        if self.chunk(k):
+            out["loss_chunk"] = self.chunk(k)
+        out["fragmentation"] = int(self.held(k) * self.fragmentation)
         if self.context:
             out["cuda_context"] = self.context
         return out
@@ -136,12 +144,11 @@ def footprint(shape: TrialShape) -> Footprint:
     act_bytes = ACTIVATION_BYTES_PER_WIDTH // (2 if shape.bf16 else 1)
     activations = act_bytes * d * t * shape.layers
     autocast = 2 * shape.params_matmul if shape.bf16 else 0
-    chunk_trial = 0
+    chunk_member = 0
     if shape.fused:
         loss = 6 * d * v + 4 * t * d
         if shape.cuda:
-            rows = min(t, max(1, CUDA_CHUNK_ELEMENTS // v))  # one member's rows of the chunk; K members share it
-            chunk_trial = CUDA_CHUNK_BYTES_PER_LOGIT * min(CUDA_CHUNK_ELEMENTS, rows * v)
+            chunk_member = CUDA_CHUNK_BYTES_PER_LOGIT * t * v  # until K of them reach the cap
         else:
             loss += CPU_CHUNK_BYTES_PER_LOGIT * v * min(t, max(1, CPU_CHUNK_ELEMENTS_PER_MEMBER // v))
     else:
@@ -159,17 +166,18 @@ def footprint(shape: TrialShape) -> Footprint:
     per_member = {"weights_grads_adam": state, "activations": activations, "autocast_copies": autocast, "loss": loss}
     if optimizer_member > train_member:
         per_member["optimizer_temporaries"] = optimizer_member - train_member
-    per_trial = {"loss_chunk": chunk_trial}
+    per_trial: dict[str, int] = {}
+    chunk_copies = 1.0
     eval_extra = max(0, eval_member - transient_member)
     if shape.cuda_graphs:
         # the pool keeps the step's working set reserved; evaluation runs eagerly beside it
         per_member["graph_pool"] = int(transient_member * (GRAPH_POOL_MARGIN - 1)) + eval_member
-        per_trial["loss_chunk"] = int(chunk_trial * GRAPH_POOL_MARGIN)
-        per_trial["eval_loss_chunk"] = chunk_trial
+        chunk_copies = GRAPH_POOL_MARGIN + 1
     elif eval_extra:
         per_member["eval_above_train"] = eval_extra
     return Footprint(per_member=per_member, per_trial=per_trial, context=CUDA_CONTEXT_BYTES if shape.cuda else 0,
-                     fragmentation=FRAGMENTATION)
+                     fragmentation=FRAGMENTATION, chunk_per_member=chunk_member,
+                     chunk_cap=CUDA_CHUNK_BYTES_PER_LOGIT * CUDA_CHUNK_ELEMENTS, chunk_copies=chunk_copies)
 
 
 # ---- measured peaks ----------------------------------------------------------------------------------

@@ -90,4 +90,5 @@ def test_memory_prediction_is_where_stack_auto_grants_the_stack(device: str, tmp
         assert auto_stack(replace(cell, memory_gb=predicted * 1.0001 / 2**30), k, k, None, 1) == k
         assert auto_stack(replace(cell, memory_gb=predicted * 0.9999 / 2**30), k, k, None, 1) == k - 1
     one, two = predicted_trial_bytes(cell, 1), predicted_trial_bytes(cell, 2)
-    assert 0 < one < two and predicted_trial_bytes(cell, 8) == pytest.approx(one + 7 * (two - one), rel=1e-6)
+    # linear in K, but for the fused loss's GPU chunk, which all members share up to its cap
+    assert 0 < one < two < predicted_trial_bytes(cell, 8) <= one + 7 * (two - one) + 4
