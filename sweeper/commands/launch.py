@@ -156,7 +156,8 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any, memory
         stack = None
         if memory is not None:
             device, measured, host = memory
-            stack = describe(cell, plan.config.max_stack, device=device, host_memory_bytes=host, measured=measured)
+            stack = describe(cell, min(plan.config.max_stack, cell.policy.max_points), device=device,
+                             host_memory_bytes=host, measured=measured)
         grid = initial_grid(cell.policy)
         flops_point = cell.flops_per_token * cell.tokens_per_point
         rows.append({
@@ -164,7 +165,7 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any, memory
             "loops": cell.loops, "width": cell.width, "params": cell.params, "params_nonembed": cell.params_nonembed,
             "tokens_per_point": cell.tokens_per_point, "steps_per_point": cell.steps_per_point,
             "flops_per_point": flops_point, "initial_grid": grid, "max_points": cell.policy.max_points,
-            "resources": cell.resources, "prior": cell.prior, "stack_auto": stack,
+            "resources": cell.resources, "prior": cell.prior, "stack_auto": stack, "fixed_lr": cell.policy.fixed,
         })
     initial = sum(r["flops_per_point"] * len(r["initial_grid"]) for r in rows)
     cap = sum(r["flops_per_point"] * r["max_points"] for r in rows)
@@ -196,7 +197,8 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any, memory
         table.add_row(
             r["method"], r["size"], ",".join(map(str, seeds)), _si(r["params"]), _si(r["tokens_per_point"]),
             str(r["steps_per_point"]), f"{r['flops_per_point']:.3g}",
-            f"{len(grid)} × {grid[0]:.3g}…{grid[-1]:.3g}{prior}" if grid else "—",
+            (f"fixed {grid[0]:.3g}" if r["fixed_lr"] is not None else
+             f"{len(grid)} × {grid[0]:.3g}…{grid[-1]:.3g}{prior}") if grid else "—",
             ", ".join(f"{k}={_resource(k, v)}" for k, v in r["resources"].items()),
             *([_stack_auto(r["stack_auto"])] if memory is not None else []),
         )
