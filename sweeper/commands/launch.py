@@ -215,8 +215,8 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any, memory
     console.print(f"stack: {plan.config.stack}, concurrency: {plan.config.concurrency}; output: {plan.sweep_dir}",
                   highlight=False)
     if memory is not None and any(c.resources.get("GPU") for c in plan.cells):
-        console.print(f"stack: auto plans with {memory[0].describe()}; its column: the members "
-                      "of one trial, and their GiB (the model's, or measured by sweeper bench) of the trial's budget", highlight=False)
+        console.print(f"stack: auto plans with {memory[0].describe()}; its column: the members of one trial, and "
+                      "their GiB (the model's, or measured by sweeper bench) of the trial's budget", highlight=False)
     return 0
 
 
