@@ -148,6 +148,8 @@ def test_launch_refuses_with_exit_2_at_planning_time(tmp_path: Path, capsys: pyt
     assert main(["launch", str(path), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert "cannot fit one member" in err and "train.micro_batch:" in err and "Traceback" not in err
+    assert main(["validate", str(path)]) == 2  # validation is never laxer than launch's planning
+    assert "cannot fit one member" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
 
 
