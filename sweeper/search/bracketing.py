@@ -305,7 +305,7 @@ def decide(points: Sequence[GridPoint], policy: LRPolicy, *, initial: Sequence[f
 def decide_fixed(points: Sequence[GridPoint], policy: LRPolicy) -> CellDecision:
     """A fixed-recipe cell: one point at the recipe's learning rate, no search, no optimum. It ends `fixed`
     when that point is ok (its result is the recipe's, compared with other cells at the same recipe),
-    `diverged` or `failed` like any other point. Points at other learning rates (a cell that was swept in
+    else `diverged`, `stalled` (it learned nothing beyond token frequencies) or `failed` as the point did. Points at other learning rates (a cell that was swept in
     an earlier launch) are left out of the decision."""
     assert policy.fixed is not None
     lr = canonical(policy.fixed)
@@ -317,6 +317,8 @@ def decide_fixed(points: Sequence[GridPoint], policy: LRPolicy) -> CellDecision:
         return CellDecision("running", reason="fixed recipe: training the recipe's learning rate")
     if point.is_ok:
         return CellDecision("fixed", best=point, reason=f"fixed recipe: trained at lr {lr:g}; no optimum searched")
+    if PointState(point.state) is PointState.STALLED:
+        return CellDecision("stalled", reason=f"fixed recipe: lr {lr:g} stalled")
     if PointState(point.state).counts_as_diverged:
         return CellDecision("diverged", reason=f"fixed recipe: lr {lr:g} diverged")
     return CellDecision("failed", reason=f"fixed recipe: lr {lr:g} failed (see the point's reason)")

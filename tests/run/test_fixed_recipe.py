@@ -30,6 +30,7 @@ def test_decide_trains_the_recipes_one_learning_rate_and_claims_no_optimum() -> 
     assert done.status == CellStatus.FIXED and done.done and not done.next_lrs
     assert done.best == GridPoint(RECIPE, PointState.OK, 3.2) and done.interp_lr is None
     assert decide([GridPoint(RECIPE, PointState.DIVERGED)], policy).status == "diverged"
+    assert decide([GridPoint(RECIPE, PointState.STALLED, 6.0)], policy).status == "stalled"
     assert decide([GridPoint(RECIPE, PointState.FAILED)], policy).status == "failed"
     # points of an earlier, swept launch at other learning rates are not the recipe's
     swept = [GridPoint(1e-3, PointState.OK, 3.0), GridPoint(4e-3, PointState.OK, 3.1)]
