@@ -32,6 +32,13 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--throughput", type=float, default=DEFAULT_THROUGHPUT,
                         help=f"FLOP/s per GPU assumed by --dry-run (default {DEFAULT_THROUGHPUT:.0e})")
     parser.add_argument("--retry-failed", action="store_true", help="run failed points again")
+    parser.add_argument("--simulate", metavar="SURFACE.yaml",
+                        help="run the real controller with simulated trials that report a planted loss surface on a "
+                             "virtual GPU pool (sweeps/surfaces/study.yaml); the sweep directory is marked simulated")
+    parser.add_argument("--virtual-gpus", type=int, metavar="N",
+                        help="with --simulate: the virtual pool's GPU count (overrides the surface's pool.gpus)")
+    parser.add_argument("--time-compression", type=float, metavar="X",
+                        help="with --simulate: simulated seconds per wall second (overrides the surface's)")
     parser.add_argument("--json", action="store_true", help="print the plan or the final summary as JSON")
     parser.set_defaults(func=run)
 
@@ -43,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.throughput is not None and not args.throughput > 0:
         raise UserError(f"--throughput: must be > 0 FLOP/s (got {args.throughput})")
-    validated = load_sweep(args.file, need_data=not args.dry_run)
+    validated = load_sweep(args.file, need_data=not (args.dry_run or args.simulate))
     from sweeper.records.table import make_console  # a bad file is refused before these load
     from sweeper.search.planner import build_plan
 
@@ -55,11 +62,29 @@ def run(args: argparse.Namespace) -> int:
         return dry_run(plan, args.throughput, as_json=args.json, console=console)
     from sweeper.run.launch import launch  # Ray, Optuna and the trial code: only to run the sweep
 
+    simulation = None
+    if args.simulate:
+        from sweeper.run.simulation import Simulation, load_surface
+
+        surface = load_surface(args.simulate)
+        if args.virtual_gpus is not None:
+            if args.virtual_gpus < 1:
+                raise UserError(f"--virtual-gpus: must be >= 1 (got {args.virtual_gpus})")
+            surface.pool.gpus = args.virtual_gpus
+        if args.time_compression is not None:
+            if not args.time_compression > 0:
+                raise UserError(f"--time-compression: must be > 0 (got {args.time_compression:g})")
+            surface.time_compression = args.time_compression
+        simulation = Simulation(surface, args.simulate)
+    elif args.virtual_gpus is not None or args.time_compression is not None:
+        raise UserError("--virtual-gpus and --time-compression go with --simulate SURFACE.yaml")
+
     # With --json, stdout carries the summary only: Ray's driver-side listener prints cluster events
     # ("(raylet) A worker died ...") to whatever sys.stdout is, which made the output unparseable
     # exactly when a trial process died. They go to stderr, beside the live display.
     with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
-        summary = launch(plan, address=args.address, retry_failed=args.retry_failed, console=console, started=started)
+        summary = launch(plan, address=args.address, retry_failed=args.retry_failed, console=console, started=started,
+                         simulation=simulation)
     if args.json:
         print(json.dumps(summary.to_dict(), indent=2, default=str))
     else:
@@ -74,14 +99,18 @@ def print_summary(summary: Any, console: Any) -> None:
     verb = "stopped" if summary.interrupted else "finished"
     console.print(f"[bold]Sweep {verb}[/]: {counts_line(summary.counts)} ({done} cells) in {summary.sweep_dir}")
     ratio = f"{summary.overhead_ratio:.2f}" if summary.overhead_ratio else "—"
-    console.print(
-        f"wall {summary.wall_seconds:.1f} s (Ray start {summary.ray_start_seconds:.1f} s) on {summary.slots} trial slots; "
-        f"training {summary.train_seconds:.1f} s summed over {summary.trials} trials = "
-        f"{100 * summary.utilisation:.0f}% of the slot-time (slots x wall); "
-        f"overhead ratio wall / (summed training / slots) = {ratio}",
-        highlight=False,
-    )
-    if summary.trial_alive_seconds:
+    if summary.simulation:  # training seconds are simulated ones: the slot-time shares below would mix clocks
+        console.print(f"wall {summary.wall_seconds:.1f} s (Ray start {summary.ray_start_seconds:.1f} s), "
+                      f"{summary.trials} trials", highlight=False)
+    else:
+        console.print(
+            f"wall {summary.wall_seconds:.1f} s (Ray start {summary.ray_start_seconds:.1f} s) on {summary.slots} trial "
+            f"slots; training {summary.train_seconds:.1f} s summed over {summary.trials} trials = "
+            f"{100 * summary.utilisation:.0f}% of the slot-time (slots x wall); "
+            f"overhead ratio wall / (summed training / slots) = {ratio}",
+            highlight=False,
+        )
+    if summary.trial_alive_seconds and not summary.simulation:
         alive = summary.trial_alive_seconds / max(1e-9, summary.wall_seconds * summary.slots)
         console.print(
             f"trials were alive {summary.trial_alive_seconds:.1f} s = {100 * alive:.0f}% of the slot-time (the rest of "
@@ -94,6 +123,19 @@ def print_summary(summary: Any, console: Any) -> None:
             f"from earlier launches: {resumed.get('finished', 0)} finished points kept, "
             f"{resumed.get('resumed', 0)} resumed from checkpoints, {resumed.get('rerun', 0)} re-run, "
             f"{resumed.get('retried', 0)} failed points retried",
+            highlight=False,
+        )
+    sim = summary.simulation
+    if sim:
+        util = sim.get("gpu_utilisation")
+        sat = sim.get("gpu_utilisation_while_saturated")
+        console.print(
+            f"[bold]SIMULATED[/] on surface {sim['surface']} (×{sim['time_compression']:g} time compression, "
+            f"{sim['pool_gpus']:g} virtual GPUs): {sim['simulated_gpu_hours']:.4g} GPU-hours held over "
+            f"{sim['simulated_wall_hours']:.4g} simulated hours; GPU-slot utilisation "
+            f"{'—' if util is None else f'{100 * util:.1f}%'} overall, "
+            f"{'—' if sat is None else f'{100 * sat:.1f}%'} while the open cells asked for the whole pool "
+            f"({100 * (sim.get('saturated_fraction_of_wall') or 0):.0f}% of the time)",
             highlight=False,
         )
     if summary.interrupted:

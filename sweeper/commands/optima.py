@@ -35,10 +35,14 @@ def run(args: argparse.Namespace) -> int:
     from sweeper.records.results import optima, points_per_bracketed_cell
     from sweeper.records.table import STATUS_STYLE, fmt, make_console
 
+    from sweeper.records.store import read_manifest, simulated_label
+
     rows = optima(args.dir)
     average = points_per_bracketed_cell(rows)
+    simulated = simulated_label(read_manifest(args.dir))
     if args.format == "json":
-        print(json.dumps({"cells": rows, "points_per_bracketed_cell": average}, indent=2, default=str))
+        print(json.dumps({"cells": rows, "points_per_bracketed_cell": average, "simulated": simulated is not None},
+                         indent=2, default=str))
         return 0
     if args.format == "csv":
         buffer = io.StringIO()
@@ -48,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
             writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in COLUMNS})
         sys.stdout.write(buffer.getvalue())
         return 0
-    table = Table(header_style="bold", title=f"optima of {args.dir}", title_justify="left")
+    title = f"optima of {args.dir}" + (f" · {simulated}" if simulated else "")
+    table = Table(header_style="bold", title=title, title_justify="left")
     for name in ("method", "size", "seed", "status", "best lr", "best loss", "interp lr", "parabola min",
                  "points", "diverged"):
         table.add_column(name, justify="left" if name in ("method", "size", "status") else "right", no_wrap=True)

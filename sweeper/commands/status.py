@@ -61,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
                 return 0
     if args.json:
         rows = load_cells(args.dir).to_dicts()
-        print(json.dumps({"name": manifest.get("name"), "cells": rows}, indent=2, default=str))
+        print(json.dumps({"name": manifest.get("name"), "simulated": bool(manifest.get("simulated")), "cells": rows},
+                         indent=2, default=str))
         return 0
     console.print(_render(args.dir, manifest))
     return 0
@@ -84,5 +85,10 @@ def _render(sweep_dir: str, manifest: dict[str, Any]) -> Any:
     tail = ""
     if last.get("wall_seconds") is not None:
         tail = f" · last launch: wall {last['wall_seconds']:.0f} s, training {last.get('train_seconds', 0):.0f} s summed"
+    from sweeper.records.store import simulated_label
+
     head = Text(f"{manifest.get('name')}: {counts_line(status_counts(rows))} · {when}{tail}", style="bold")
+    label = simulated_label(manifest)
+    if label:
+        head.append(f"\n{label}", style="bold yellow")
     return Group(head, cells_table(rows, progress=progress(sweep_dir)))

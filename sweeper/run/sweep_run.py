@@ -64,8 +64,10 @@ def point_ids_of(config: Mapping[str, Any] | None) -> list[str]:
 
 class SweepRun:
     def __init__(self, plan: Plan, ledger: Ledger, store: Store, *, concurrency: int = 1,
-                 host_memory: int | None = None, clock: Callable[[], float] = time.time) -> None:
+                 host_memory: int | None = None, gpu_memory: int | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.plan = plan
+        self.gpu_memory = gpu_memory  # bytes of one GPU, when declared (a simulation's pool); else the planner's default
         self.clock = clock
         self.host_memory = host_memory
         self.book = CellBook(plan.cells)
@@ -111,7 +113,8 @@ class SweepRun:
     def stack_size(self, cell: Cell, queued: int) -> int:
         setting = self.plan.config.stack
         if setting == "auto":
-            return auto_stack(cell, queued, self.plan.config.max_stack, self.host_memory, self.trials.concurrency)
+            return auto_stack(cell, queued, self.plan.config.max_stack, self.host_memory, self.trials.concurrency,
+                              gpu_memory_bytes=self.gpu_memory)
         return max(1, min(int(setting), queued))
 
     def suggest(self, tune_trial_id: str) -> TrialConfig | SweepDone | None:

@@ -292,7 +292,8 @@ def compat_diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> l
     return out
 
 
-def auto_stack(cell: Cell, queued: int, max_stack: int, host_memory_bytes: int | None, concurrency: int) -> int:
+def auto_stack(cell: Cell, queued: int, max_stack: int, host_memory_bytes: int | None, concurrency: int,
+               gpu_memory_bytes: int | None = None) -> int:
     """How many learning rates one trial of `cell` trains together when `stack: auto`.
 
     Memory per member ≈ weights, gradients and two Adam moments (16 bytes per parameter)
@@ -300,8 +301,8 @@ def auto_stack(cell: Cell, queued: int, max_stack: int, host_memory_bytes: int |
     tokens of one micro-batch when `train.micro_batch` is set) plus,
     without the fused head + loss, the logits, their log-softmax and gradient (12 bytes per
     token per vocabulary entry); the fused loss instead holds one chunk of logits (32 MiB per
-    member on a CPU, ≤ 1 GiB per trial on a GPU). The budget is the trial's `memory_gb`, else for GPU trials 80 GiB ×
-    its GPU fraction, else an even share of half the host's memory. Never more than the
+    member on a CPU, ≤ 1 GiB per trial on a GPU). The budget is the trial's `memory_gb`, else for GPU trials the
+    device's memory (`gpu_memory_bytes` when declared, else 80 GiB) × its GPU fraction, else an even share of half the host's memory. Never more than the
     queued points.
     """
     micro = getattr(cell.train, "micro_batch", None)
@@ -323,7 +324,7 @@ def auto_stack(cell: Cell, queued: int, max_stack: int, host_memory_bytes: int |
     if cell.memory_gb:
         budget = cell.memory_gb * 2**30
     elif gpu:
-        budget = 80 * 2**30 * min(1.0, cell.resources["GPU"])
+        budget = (gpu_memory_bytes or 80 * 2**30) * min(1.0, cell.resources["GPU"])
     elif host_memory_bytes:
         budget = 0.5 * host_memory_bytes / max(1, concurrency)
     else:
