@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from sweeper.errors import UserError
-from sweeper.search.bracketing import initial_grid
 
 DEFAULT_THROUGHPUT = 2e14  # FLOP/s per GPU for --dry-run estimates: ~25% of an H100/H200's dense bf16 peak
+DEFAULT_CPU_THROUGHPUT = 2e10  # FLOP/s per CPU core (sweeper.search.cost)
 
 
 def register(subparsers: Any) -> None:
@@ -30,7 +30,14 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--output", help="sweep directory (overrides the YAML's `output`)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan (cells, grids, FLOPs, GPU-hours) and exit")
     parser.add_argument("--throughput", type=float, default=DEFAULT_THROUGHPUT,
-                        help=f"FLOP/s per GPU assumed by --dry-run (default {DEFAULT_THROUGHPUT:.0e})")
+                        help=f"FLOP/s per GPU that --dry-run assumes for shapes `sweeper bench` has not measured "
+                             f"(default {DEFAULT_THROUGHPUT:.0e})")
+    parser.add_argument("--cpu-throughput", type=float, default=DEFAULT_CPU_THROUGHPUT,
+                        help=f"FLOP/s per CPU core that --dry-run assumes for CPU trials `sweeper bench` has not "
+                             f"measured (default {DEFAULT_CPU_THROUGHPUT:.0e})")
+    parser.add_argument("--pool", type=float, metavar="N",
+                        help="--dry-run: the GPUs (CPUs for a CPU-only sweep) its wall-time estimate assumes (default: ray.num_gpus, else 8 GPUs "
+                             "for a GPU sweep; ray.num_cpus, else 2 CPUs for a CPU sweep)")
     parser.add_argument("--retry-failed", action="store_true", help="run failed points again")
     parser.add_argument("--simulate", metavar="SURFACE.yaml",
                         help="run the real controller with simulated trials that report a planted loss surface on a "
@@ -48,8 +55,10 @@ def run(args: argparse.Namespace) -> int:
     # Here, not at the top: the CLI imports every command module when it starts (`sweeper validate`'s speed).
     from sweeper.spec.schema import load_sweep
 
-    if args.throughput is not None and not args.throughput > 0:
-        raise UserError(f"--throughput: must be > 0 FLOP/s (got {args.throughput})")
+    for flag, value in (("--throughput", args.throughput), ("--cpu-throughput", args.cpu_throughput),
+                        ("--pool", args.pool)):
+        if value is not None and not value > 0:
+            raise UserError(f"{flag}: must be > 0 (got {value:g})")
     validated = load_sweep(args.file, need_data=not (args.dry_run or args.simulate))
     from sweeper.records.table import make_console  # a bad file is refused before these load
     from sweeper.search.planner import build_plan
@@ -59,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
     plan = build_plan(validated.config, output=args.output, source=Path(args.file))
     if args.dry_run:
-        return dry_run(plan, args.throughput, as_json=args.json, console=console)
+        return dry_run(plan, args.throughput, as_json=args.json, console=console, cpu_throughput=args.cpu_throughput,
+                       pool=args.pool)
     from sweeper.run.launch import launch  # Ray, Optuna and the trial code: only to run the sweep
 
     simulation = None
@@ -144,34 +154,46 @@ def print_summary(summary: Any, console: Any) -> None:
         console.print(f"next: sweeper optima {summary.sweep_dir}", highlight=False)
 
 
-def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any) -> int:
+def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any,
+            cpu_throughput: float = DEFAULT_CPU_THROUGHPUT, pool: float | None = None) -> int:
     from rich.table import Table  # (see `run`)
 
+    from sweeper.records import bench_cache
+    from sweeper.search.cost import cost_plan
+
+    costs = cost_plan(plan, bench_cache.load(), gpu_throughput=throughput, cpu_throughput=cpu_throughput, pool=pool,
+                      host_memory=_host_memory())
     rows = []
-    for cell in plan.cells:
-        grid = initial_grid(cell.policy)
-        flops_point = cell.flops_per_token * cell.tokens_per_point
+    for c in costs.cells:
+        cell, grid = c.cell, c.grid
         rows.append({
             "cell_id": cell.cell_id, "method": cell.method, "size": cell.size, "seed": cell.seed, "depth": cell.depth,
             "loops": cell.loops, "width": cell.width, "params": cell.params, "params_nonembed": cell.params_nonembed,
             "tokens_per_point": cell.tokens_per_point, "steps_per_point": cell.steps_per_point,
-            "flops_per_point": flops_point, "initial_grid": grid, "max_points": cell.policy.max_points,
-            "resources": cell.resources, "prior": cell.prior,
+            "flops_per_point": cell.flops_per_token * cell.tokens_per_point, "initial_grid": grid,
+            "max_points": cell.policy.max_points, "resources": cell.resources, "prior": cell.prior,
+            "stack": c.stack, "trial_hours": c.trial_seconds / 3600,
+            "throughput": "measured" if c.measured else "assumed",
         })
     initial = sum(r["flops_per_point"] * len(r["initial_grid"]) for r in rows)
     cap = sum(r["flops_per_point"] * r["max_points"] for r in rows)
+    cost = costs.to_dict()
     totals = {
         "cells": len(rows), "initial_points": sum(len(r["initial_grid"]) for r in rows),
         "initial_flops": initial, "cap_flops": cap, "throughput_flops_per_gpu": throughput,
-        "initial_gpu_hours": initial / throughput / 3600, "cap_gpu_hours": cap / throughput / 3600,
-        "sweep_dir": str(plan.sweep_dir), "stack": plan.config.stack, "concurrency": plan.config.concurrency,
+        "sweep_dir": str(plan.sweep_dir), "stack": plan.config.stack, "concurrency": plan.config.concurrency, **cost,
     }
+    if "initial_gpu_hours" in cost:  # the cap, at the same rates as the initial grids
+        totals["cap_gpu_hours"] = cost["initial_gpu_hours"] * cap / initial if initial else 0.0
+    if "initial_cpu_hours" in cost:
+        totals["cap_cpu_hours"] = cost["initial_cpu_hours"] * cap / initial if initial else 0.0
     if as_json:
         print(json.dumps({"cells": rows, "totals": totals}, indent=2, default=str))
         return 0
     table = Table(title=f"{plan.config.name}: plan (dry run, nothing is written)", title_justify="left",
                   header_style="bold")
-    for name in ("method", "size", "seeds", "params", "tokens/pt", "steps", "FLOPs/pt", "initial grid", "resources"):
+    for name in ("method", "size", "seeds", "params", "tokens/pt", "steps", "FLOPs/pt", "initial grid", "stack",
+                 "trial h", "resources"):
         table.add_column(name, justify="left" if name in ("method", "size", "initial grid", "resources") else "right")
     seen = set()
     for r in rows:
@@ -185,22 +207,61 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any) -> int
         table.add_row(
             r["method"], r["size"], ",".join(map(str, seeds)), _si(r["params"]), _si(r["tokens_per_point"]),
             str(r["steps_per_point"]), f"{r['flops_per_point']:.3g}",
-            f"{len(grid)} × {grid[0]:.3g}…{grid[-1]:.3g}{prior}" if grid else "—",
+            f"{len(grid)} × {grid[0]:.3g}…{grid[-1]:.3g}{prior}" if grid else "—", str(r["stack"]),
+            f"{r['trial_hours']:.3g}" + ("" if r["throughput"] == "measured" else "†"),
             ", ".join(f"{k}={_resource(k, v)}" for k, v in r["resources"].items()),
         )
     console.print(table)
+    parts = []
+    if "initial_gpu_hours" in cost:
+        parts.append(f"{cost['initial_gpu_hours']:.3g} GPU-hours")
+    if "initial_cpu_hours" in cost:
+        parts.append(f"{cost['initial_cpu_hours']:.3g} CPU-hours")
+    capped = [f"{totals[k]:.3g} {u}-hours" for k, u in (("cap_gpu_hours", "GPU"), ("cap_cpu_hours", "CPU")) if k in totals]
     console.print(
-        f"{totals['cells']} cells, {totals['initial_points']} points in the initial grids: "
-        f"{initial:.3g} training FLOPs = {totals['initial_gpu_hours']:.3g} GPU-hours at {throughput:.3g} FLOP/s per GPU; "
-        f"at most {cap:.3g} FLOPs ({totals['cap_gpu_hours']:.3g} GPU-hours) if every cell reached its trial cap",
+        f"{totals['cells']} cells, {totals['initial_points']} points in the initial grids: {initial:.3g} training FLOPs "
+        f"= {' + '.join(parts)}; at most {cap:.3g} FLOPs ({' + '.join(capped)}) if every cell reached its trial cap",
         highlight=False,
     )
+    unit = "GPUs" if costs.unit == "GPU" else "CPUs"
+    console.print(
+        f"estimated wall time of the initial grids on {costs.pool:g} {unit} (concurrency: {plan.config.concurrency}, "
+        f"stack: {plan.config.stack}): {cost['wall_hours_estimate']:.3g} h (pool-bound {cost['wall_hours_pool_bound']:.3g} h, "
+        f"chain-bound {cost['wall_hours_chain_bound']:.3g} h); each extension or refinement round adds about one "
+        "trial per open cell (--pool N for another pool)",
+        highlight=False,
+    )
+    measured = costs.measured_cells()
+    if measured < len(costs.cells):
+        rates = []
+        if any(c.gpu > 0 and c.measured is None for c in costs.cells):
+            rates.append(f"{throughput:.3g} FLOP/s per GPU (--throughput)")
+        if any(c.gpu == 0 and c.measured is None for c in costs.cells):
+            rates.append(f"{cpu_throughput:.3g} FLOP/s per CPU core (--cpu-throughput)")
+        commands = costs.missing_commands()
+        console.print(
+            f"† {len(costs.cells) - measured} of {len(costs.cells)} cells at an assumed {' and '.join(rates)}: no "
+            f"`sweeper bench` figure for their shape on this device kind; measure with e.g. `{commands[0]}`"
+            + (f" ({len(commands)} shapes)" if len(commands) > 1 else ""),
+            highlight=False,
+        )
+    else:
+        console.print(f"rates measured by `sweeper bench` for every cell ({bench_cache.cache_path()})", highlight=False)
     if any(r["prior"] == "extrapolate" for r in rows):
         console.print("* prior: extrapolate: a size starts once two smaller sizes are done, on a grid centred on the "
                       "LR they predict (narrower when the prediction is tight)", highlight=False)
     console.print(f"stack: {plan.config.stack}, concurrency: {plan.config.concurrency}; output: {plan.sweep_dir}",
                   highlight=False)
     return 0
+
+
+def _host_memory() -> int | None:
+    import os
+
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def _si(n: float) -> str:
