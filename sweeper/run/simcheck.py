@@ -75,6 +75,12 @@ def check(sweep_dir: str, band: float = 0.25, surface_path: str | None = None) -
                 "lr_exponent": slope.get("value"), "lr_exponent_interval": [slope.get("lo"), slope.get("hi")],
                 "lr_exponent_planted": planted.lr_b, "lr_exponent_covered": covers(slope, planted.lr_b),
             }
+    # GPU-hours of training, from the FLOPs each point trained (load-independent, unlike the GPU-time
+    # the trials held on a machine whose overhead the time compression multiplies)
+    from sweeper.records.store import load_points  # (the store reader)
+
+    points = load_points(sweep_dir).to_dicts()
+    flops = sum((p.get("tokens") or 0) * (p.get("flops_per_token") or 0) for p in points)
     launches = manifest.get("launches") or []
     sims = [launch.get("simulation") for launch in launches if launch.get("simulation")]
     by_method: dict[str, list[int]] = {}
@@ -94,6 +100,8 @@ def check(sweep_dir: str, band: float = 0.25, surface_path: str | None = None) -
         "within_band_fraction": sum(r <= band for r in regrets) / max(1, len(trainable)),
         "lr_error_steps_mean": statistics.fmean(c["lr_error_steps"] for c in trainable if c["lr_error_steps"] is not None),
         "fit_coverage": coverage,
+        "trained_flops": flops,
+        "trained_gpu_hours_at_throughput": flops / surface.throughput / 3600,
         "launches": [{k: s.get(k) for k in ("gpu_utilisation", "gpu_utilisation_while_saturated",
                                             "saturated_fraction_of_wall", "simulated_gpu_hours",
                                             "simulated_wall_hours", "pool_gpus", "time_compression")} for s in sims],
