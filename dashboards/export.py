@@ -34,10 +34,10 @@ HTML_CONFIG = {"displaylogo": False, "responsive": True, "toImageButtonOptions":
 def parse_formats(text: str) -> list[str]:
     chosen = [part.strip().lower() for part in text.split(",") if part.strip()]
     if not chosen:
-        raise UserError(f"--format: empty (choose from {', '.join(FORMATS)})")
+        raise UserError(f"--file-types: empty (choose from {', '.join(FORMATS)})")
     unknown = [f for f in chosen if f not in FORMATS]
     if unknown:
-        raise UserError(f"--format: unknown format {unknown[0]!r} (choose from {', '.join(FORMATS)}, comma-separated)")
+        raise UserError(f"--file-types: unknown format {unknown[0]!r} (choose from {', '.join(FORMATS)}, comma-separated)")
     return sorted(set(chosen), key=FORMATS.index)
 
 

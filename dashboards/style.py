@@ -44,11 +44,14 @@ STATUS_COLOURS: dict[str, str] = {
     "bracketed": "#74C476",
     "edge": "#FDAE6B",
     "diverged": "#E34A33",
+    "stalled": "#AE017E",  # every point diverged or stalled (learned nothing beyond token frequencies)
     "failed": "#969696",  # every point of the cell crashed
 }
-OUTCOME_COLOURS: dict[str, str] = {"ok": "#333333", "diverged": "#E34A33", "failed": "#7F7F7F"}
+OUTCOME_COLOURS: dict[str, str] = {"ok": "#333333", "diverged": "#E34A33", "stalled": "#AE017E", "failed": "#7F7F7F"}
 
 DIVERGED_SYMBOL = "x-thin-open"
+STALLED_SYMBOL = "square-open"  # trained to the end at the frequency-only loss
+FAILED_SIZE_SYMBOL = "x"  # a (method, size) that found no usable learning rate
 OFFSCALE_SYMBOL = "triangle-up-open"
 GRID_BEST_SYMBOL = "circle-open"
 INTERP_SYMBOL = "star"

@@ -14,6 +14,7 @@ import os
 import sys
 
 from sweeper import __version__
+from sweeper.cliargs import finish, subparser_of
 from sweeper.errors import UserError
 
 COMMANDS = [
@@ -24,13 +25,16 @@ COMMANDS = [
     "launch",
     "status",
     "optima",
+    "export",
     "replay",
     "fit",
+    "track",
     "dashboard",
     "plots",
     "bench",
     "gamma",
     "data",
+    "completion",
 ]
 
 
@@ -60,7 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    extra = finish(args, extra)
+    if extra:  # argparse would print the top-level usage; the subcommand's is the helpful one
+        subparser_of(parser, getattr(args, "command", None)).error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

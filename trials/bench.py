@@ -51,7 +51,8 @@ BENCH_LR = 1e-3
 # Only a non-finite loss (a rule that cannot be switched off) stops a member: the smoothed-loss rules would
 # stop a member whose loss rises for a step before warmup ends, and a stopped member's steps skip their
 # backward pass, which would make the figures wrong. A benchmark that loses a member refuses to report.
-NO_DIVERGENCE = DivergenceConfig(explode_factor=None, init_loss_margin=1e9, spike_factor=1e9, spike_patience=10**9)
+NO_DIVERGENCE = DivergenceConfig(explode_factor=None, init_loss_margin=1e9, spike_factor=1e9, spike_patience=10**9,
+                                 stall_margin=None)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,11 @@ Spikes that recover are counted (`spikes`), not treated as divergence.
 
 The initial loss of a member is its first observed loss (step 0, before any update).
 A diverged member is never observed again; its verdict is final.
+
+`stall_reason` is the other way a run fails without diverging: its final evaluation loss is not
+`stall_margin` nats below the loss of predicting every token by its training frequency on the same
+evaluation batches (about the data's unigram entropy): it learned only token frequencies. Judged
+once, on the final evaluation only: a run still at the unigram loss early in training is normal.
 """
 
 from __future__ import annotations
@@ -122,6 +127,27 @@ class DivergenceMonitor:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.warmup_steps = int(state["warmup_steps"])
         self.members = [MemberWatch(**_from_json(m)) for m in state["members"]]
+
+
+_FREQUENCY_ONLY = {  # kind -> (the frequency-only loss, what the eval set is made of, what such a run learned)
+    "tokens": ("unigram loss", "eval batches", "token frequencies"),
+    "classes": ("chance loss", "eval images", "class frequencies"),
+}
+
+
+def stall_reason(final_loss: float, frequency_loss: float, margin: float | None, *, entropy: float | None = None,
+                 kind: str = "tokens") -> str | None:
+    """Why a finished run is stalled, or None when it is not: its final evaluation loss is above
+    `frequency_loss - margin`, where `frequency_loss` is the loss of predicting by training
+    frequencies alone on the same evaluation data (`margin` None: never stalled). `entropy`, the
+    data's unigram (or class-frequency) entropy, is named in the reason for reference."""
+    if margin is None or not math.isfinite(final_loss) or final_loss <= frequency_loss - margin:
+        return None
+    baseline, evaluated_on, learned = _FREQUENCY_ONLY[kind]
+    where = "above" if final_loss > frequency_loss + margin else f"within {margin:g} nats of"
+    data = "" if entropy is None else f" (the data's {'unigram' if kind == 'tokens' else 'class-frequency'} entropy: {entropy:.4f})"
+    return (f"stalled: final eval loss {final_loss:.4f} is {where} the {baseline} {frequency_loss:.4f} "
+            f"on the same {evaluated_on}{data}: learned nothing beyond {learned}")
 
 
 def _json_safe(d: dict[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """The Ray Tune function trainable: `tune.Tuner(trainable, param_space={"spec": spec.to_dict()})`.
 
 `config["spec"]` is `TrialSpec.to_dict()`; optional `config["export_dir"]` receives each
-member's final weights. Every `StepReport` goes to `ray.tune.report(report.metrics())`
+member's final weights (only the best ok member's with `config["export_members"] == "best"`). Every `StepReport` goes to `ray.tune.report(report.metrics())`
 (`{"step", "tokens", "train_seconds", "done", "members": [...]}`, plus `results` — the
 `PointResult` dicts — on the last one); a report made at a checkpoint carries it as a
 `tune.Checkpoint`. A restarted or restored trial resumes from `ray.tune.get_checkpoint()`.
@@ -77,6 +77,7 @@ def trainable(config: dict[str, Any]) -> None:
     local = Path(tempfile.mkdtemp(prefix="trial-ckpt-"))
     try:
         _restore_into(local)
-        run_trial(spec, report=lambda r: _report_to_tune(r), checkpoint_dir=local, export_dir=config.get("export_dir"))
+        run_trial(spec, report=lambda r: _report_to_tune(r), checkpoint_dir=local, export_dir=config.get("export_dir"),
+                  export_best_only=config.get("export_members") == "best")
     finally:
         shutil.rmtree(local, ignore_errors=True)

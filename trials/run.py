@@ -41,6 +41,8 @@ def run_trial(
     checkpoint_dir: str | Path | None = None,
     export_dir: str | Path | None = None,
     should_stop: Callable[[], bool] | None = None,
+    export_best_only: bool = False,
 ) -> list[PointResult]:
     trial = make_trial(spec)  # a plain Trial unless LAYERROPE_SWEEPER_FAULTS asks for injected faults (tests)
-    return trial.run(report=report, checkpoint_dir=checkpoint_dir, export_dir=export_dir, should_stop=should_stop)
+    return trial.run(report=report, checkpoint_dir=checkpoint_dir, export_dir=export_dir, should_stop=should_stop,
+                     export_best_only=export_best_only)

@@ -7,6 +7,11 @@
   report of a run also carries every member's `PointResult` in `results`. `metrics()` is the
   plain dict Ray Tune carries, `from_metrics` reads it back.
 - `PointResult`: the outcome of one learning rate when the trial ends.
+
+A member that finished without diverging is `stalled`, not `ok`, when its final evaluation loss
+is not `divergence.stall_margin` below the loss of predicting by training frequencies on the same
+eval batches, about the data's unigram entropy (`trials.divergence.stall_reason`).
+Every evaluation carries the standard error of its mean over the eval batches (`trials.noise`).
 """
 
 from __future__ import annotations
@@ -20,8 +25,8 @@ from typing import Any, Literal
 from models.config import ModelConfig
 from trials.config import DataConfig, DivergenceConfig, TrainConfig
 
-MemberState = Literal["running", "ok", "diverged"]
-Outcome = Literal["ok", "diverged", "failed"]
+MemberState = Literal["running", "ok", "diverged", "stalled"]
+Outcome = Literal["ok", "diverged", "stalled", "failed"]
 
 # Settings that change neither the numbers a trial computes nor its order of work: a checkpoint
 # written under one value resumes under another.
@@ -99,7 +104,8 @@ class MemberReport:
     eval_loss: float | None  # the evaluation loss, on a report at an evaluation step only
     state: MemberState
     diverged_step: int | None = None
-    reason: str | None = None  # why it diverged
+    reason: str | None = None  # why it diverged or stalled
+    eval_loss_se: float | None = None  # standard error of `eval_loss` over the eval batches
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -108,7 +114,8 @@ class MemberReport:
     def from_dict(cls, d: dict[str, Any]) -> "MemberReport":
         return cls(lr=float(d["lr"]), point_id=str(d["point_id"]), train_loss=d.get("train_loss"),
                    eval_loss=d.get("eval_loss"), state=d.get("state", "running"),
-                   diverged_step=d.get("diverged_step"), reason=d.get("reason"))
+                   diverged_step=d.get("diverged_step"), reason=d.get("reason"),
+                   eval_loss_se=d.get("eval_loss_se"))
 
 
 @dataclass
@@ -147,9 +154,9 @@ class PointResult:
     point_id: str
     lr: float
     outcome: Outcome
-    loss: float | None  # final evaluation loss; None unless ok
+    loss: float | None  # final evaluation loss; None unless ok or stalled
     objective: float | None  # what bracketing minimises (loss, or 1 - accuracy); None unless ok
-    accuracy: float | None
+    accuracy: float | None  # top-1 (the ViT; LMs with objective `error`); None unless ok or stalled
     init_loss: float | None
     diverged_step: int | None
     reason: str | None
@@ -160,6 +167,13 @@ class PointResult:
     params: int
     params_nonembed: int
     flops_per_token: float
+    loss_se: float | None = None  # standard error of `loss` over the eval batches (None: one batch, or no loss)
+    unigram_entropy: float | None = None  # the data's unigram (images: class-frequency) entropy, nats
+    unigram_counted: int | None = None  # training tokens (labels) it was computed from
+    unigram_exact: bool | None = None  # every training token counted (False: estimated from the first `counted`)
+    unigram_loss: float | None = None  # predicting by training frequencies on the same eval batches: the stall baseline
+    loss_batches: list[float] | None = None  # the final evaluation's mean loss per eval batch (the same batches for
+    #                                          every LR, seed and size of a sweep: differences can be compared paired)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

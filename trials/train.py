@@ -12,8 +12,13 @@ the same batches (one stream seeded by the data seed and the cell seed). Per ste
 4. with `train.drop_diverged` (default) the stack is rebuilt without diverged members, so they
    cost no further compute (their last weights are kept on the CPU for export);
 5. evaluation every `train.eval_every` steps and at the end, on fixed held-out batches that are
-   the same for every member and every learning rate; checkpoints every
-   `train.checkpoint_every` steps and at the end.
+   the same for every member and every learning rate (mean loss and its standard error over the
+   batches, `trials.noise`); checkpoints every `train.checkpoint_every` steps and at the end.
+
+A member that finishes without diverging is `ok`, or `stalled` when its final evaluation loss is
+not `divergence.stall_margin` nats below the loss of predicting every token by its training
+frequency on the same eval batches (about the data's unigram entropy; the chance loss for
+classification): it learned nothing else.
 
 The trial stops when every member is diverged or has finished, or when `should_stop()` says so
 (a checkpoint is written, and the unfinished members are reported as `failed`, "stopped").
@@ -45,11 +50,12 @@ from trials.data import check_vocab, open_source
 from trials.data.base import seed_words
 from trials.data.prefetch import Prefetcher
 from trials.determinism import set_deterministic
-from trials.divergence import DivergenceMonitor
+from trials.divergence import DivergenceMonitor, stall_reason
 from trials.engine import DeviceStep, accumulate, make_optimizer, release_cached_memory, resolve_execution
 from trials.errors import TrialInputError
 from trials.fused_loss import eval_sums
 from trials.fused_loss import member_losses as fused_member_losses
+from trials.noise import mean_and_se
 from trials.schedule import LRSchedule, total_steps
 from trials.config import DEIT_DROP_PATH, TrainConfig, VisionConfig
 from trials.deit import AugmentedStream, ImageAugmenter
@@ -109,6 +115,8 @@ class Trial:
             raise TrialInputError(f"data.source {spec.data.source!r}: the vit family trains on image data and only it does")
         self.source = open_source(spec.data)
         check_vocab(cfg.vocab, self.source)
+        # The stall rule's baseline (cached with the corpus after the first trial); not needed without the rule.
+        self.unigram = self.source.unigram_entropy() if spec.divergence.stall_margin is not None else None
         try:
             counts = count_params(cfg)
             self.flops_per_token = flops_per_token(cfg)
@@ -158,9 +166,13 @@ class Trial:
                 torch.from_numpy(b).to(self.device) for b in self.source.eval_batches(train.eval_batches, train.batch_size, cfg.seq_len)
             ]
         self.monitor = DivergenceMonitor(spec.divergence, k, self.schedule.warmup, self.steps)
+        # The stall rule's baseline: the frequency-only loss on exactly the batches every evaluation uses.
+        self.unigram_loss = self._frequency_only_loss() if self.unigram is not None else None
         self.step = 0
         self.train_seconds = 0.0
         self.eval_loss: list[float | None] = [None] * k
+        self.eval_loss_se: list[float | None] = [None] * k
+        self.eval_batch_losses: list[list[float] | None] = [None] * k  # the last evaluation's per-batch means
         self.eval_step: list[int | None] = [None] * k
         self.evaluations = 0  # evaluations run by this object (not restored from a checkpoint)
         self.accuracy: list[float | None] = [None] * k
@@ -190,6 +202,15 @@ class Trial:
             for x, y in self.source.eval_batches(train.eval_batches, train.batch_size, image.image_size, image.channels)  # type: ignore[call-arg]
         ]
 
+    def _frequency_only_loss(self) -> float:
+        """The eval loss of a model that predicts by training frequencies alone (see `trials.data.unigram`)."""
+        assert self.unigram is not None
+        if self.vision is not None:
+            labels = np.concatenate([y.cpu().numpy() for _, y in self.eval_data])
+            return self.unigram.cross_entropy(labels, self.spec.model.vocab)
+        targets = np.concatenate([b[:, 1:].cpu().numpy().reshape(-1) for b in self.eval_data])
+        return self.unigram.cross_entropy(targets, self.spec.model.vocab)
+
     # ---- the loop ------------------------------------------------------------------------------
 
     @property
@@ -207,6 +228,7 @@ class Trial:
         checkpoint_dir: str | Path | None = None,
         export_dir: str | Path | None = None,
         should_stop: Callable[[], bool] | None = None,
+        export_best_only: bool = False,
     ) -> list[PointResult]:
         ckpt_root = Path(checkpoint_dir) if checkpoint_dir is not None else None
         if ckpt_root is not None and (found := latest_checkpoint(ckpt_root)) is not None:
@@ -239,7 +261,7 @@ class Trial:
             self.train_seconds += time.perf_counter() - started
         written = self.save(ckpt_root) if ckpt_root is not None and self._saved_step != self.step else None
         if export_dir is not None and self.finished:
-            self.export(Path(export_dir))
+            self.export(Path(export_dir), best_only=export_best_only)
         if isinstance(self.stream, Prefetcher):
             self.stream.close()  # its read-ahead thread ends with the run
         results = self.results()
@@ -368,81 +390,99 @@ class Trial:
             return self._evaluate_images()
         self.model.eval()
         k = len(self.slots)
-        total = torch.zeros(k, dtype=torch.float64, device=self.device)
+        batch_losses, sizes = [], []  # [K] mean loss of each eval batch (float64), and its counted positions
         correct = torch.zeros(k, dtype=torch.float64, device=self.device)
-        counted = 0
         want_accuracy = self.spec.train.objective == "error"
         chunk = self.eval_chunk
         self.evaluations += 1
         for batch in self.eval_data:
+            batch_sum = torch.zeros(k, dtype=torch.float64, device=self.device)
+            batch_count = 0
             for start in range(0, batch.shape[0], chunk):
                 part = batch[start:start + chunk]
                 with self._autocast():
                     loss_sum, hits, n = eval_sums(self.model, part[:, :-1], part[:, 1:], accuracy=want_accuracy)
-                total += loss_sum
+                batch_sum += loss_sum
                 if hits is not None:
                     correct += hits
-                counted += n
+                batch_count += n
+            batch_losses.append(batch_sum / max(1, batch_count))
+            sizes.append(max(1, batch_count))
         self.model.train()
-        losses = (total / max(1, counted)).float().cpu().tolist()
-        accuracy = (correct / max(1, counted)).float().cpu().tolist()
+        per_batch = torch.stack(batch_losses).cpu().T.tolist()  # [K][batches]: one host read
+        accuracy = (correct / sum(sizes)).float().cpu().tolist()
         release_cached_memory(self.device)
+        self._record_evaluation(per_batch, sizes, accuracy if want_accuracy else None)
+
+    def _record_evaluation(self, per_batch: list[list[float]], sizes: list[int] | None, accuracy: list[float] | None) -> None:
+        """Store each slot's mean loss, its standard error over the batches (`trials.noise`), the batch
+        means themselves and the accuracy; a non-finite loss diverges."""
         for i, m in enumerate(self.slots):
             if self.monitor.members[m].diverged:
                 continue
-            self.eval_loss[m], self.eval_step[m] = losses[i], self.step
-            self.accuracy[m] = accuracy[i] if want_accuracy else None
-            if not math.isfinite(losses[i]):
-                self.monitor.force(m, self.step, f"non-finite: evaluation loss is {losses[i]} at step {self.step}")
+            loss, se = mean_and_se(per_batch[i], sizes)
+            self.eval_loss[m], self.eval_loss_se[m], self.eval_step[m] = loss, se, self.step
+            self.eval_batch_losses[m] = per_batch[i]
+            self.accuracy[m] = accuracy[i] if accuracy is not None else None
+            if not math.isfinite(loss):
+                self.monitor.force(m, self.step, f"non-finite: evaluation loss is {loss} at step {self.step}")
 
     @torch.no_grad()
     def _evaluate_images(self) -> None:
         """ViT: mean cross-entropy (no smoothing) and top-1 accuracy over the held-out images."""
         self.model.eval()
         self.evaluations += 1
-        total = torch.zeros(len(self.slots), device=self.device)
+        batch_losses, sizes = [], []  # [K] mean loss of each batch, and its number of images
         correct = torch.zeros(len(self.slots), device=self.device)
-        images = 0
         for inputs, labels in self.eval_data:
             with self._autocast():
                 logits = self.model(inputs).float()  # [K, B, classes]
             k, batch, classes = logits.shape
             flat = logits.reshape(k * batch, classes)
             losses = torch.nn.functional.cross_entropy(flat, labels.repeat(k), reduction="none").view(k, batch)
-            total += losses.sum(dim=1)
+            batch_losses.append(losses.mean(dim=1))
+            sizes.append(batch)
             correct += top1_correct(logits, labels)
-            images += batch
         self.model.train()
-        losses_mean = (total / images).cpu().tolist()
-        accuracy = (correct / images).cpu().tolist()
+        per_batch = torch.stack(batch_losses).double().cpu().T.tolist()
+        accuracy = (correct / sum(sizes)).cpu().tolist()
         release_cached_memory(self.device)
-        for i, m in enumerate(self.slots):
-            if self.monitor.members[m].diverged:
-                continue
-            self.eval_loss[m], self.eval_step[m], self.accuracy[m] = losses_mean[i], self.step, accuracy[i]
-            if not math.isfinite(losses_mean[i]):
-                self.monitor.force(m, self.step, f"non-finite: evaluation loss is {losses_mean[i]} at step {self.step}")
+        self._record_evaluation(per_batch, sizes, accuracy)
 
     # ---- reporting -----------------------------------------------------------------------------
 
     def member_state(self, m: int) -> str:
         if self.monitor.members[m].diverged:
             return "diverged"
-        return "ok" if self.step >= self.steps else "running"
+        if self.step < self.steps:
+            return "running"
+        return "stalled" if self.stall(m) is not None else "ok"
+
+    def stall(self, m: int) -> str | None:
+        """Why member `m`, finished and evaluated at the last step, is stalled (None: it is not)."""
+        loss = self.eval_loss[m]
+        if self.unigram_loss is None or self.step < self.steps or self.eval_step[m] != self.steps or loss is None:
+            return None
+        assert self.unigram is not None
+        return stall_reason(loss, self.unigram_loss, self.spec.divergence.stall_margin, entropy=self.unigram.nats,
+                            kind=self.unigram.kind)
 
     def step_report(self, *, done: bool, checkpoint: Path | None = None) -> StepReport:
         members = []
         for m, (lr, pid) in enumerate(zip(self.spec.lrs, self.spec.point_ids)):
             watch = self.monitor.members[m]
             train_loss = self._interval_sum[m] / self._interval_n[m] if self._interval_n[m] else self.last_loss[m]
+            evaluated = self.eval_step[m] == self.step
+            state = self.member_state(m)
             members.append(MemberReport(
                 lr=lr,
                 point_id=pid,
                 train_loss=_finite_or_none(train_loss),
-                eval_loss=_finite_or_none(self.eval_loss[m]) if self.eval_step[m] == self.step else None,
-                state=self.member_state(m),  # type: ignore[arg-type]
+                eval_loss=_finite_or_none(self.eval_loss[m]) if evaluated else None,
+                eval_loss_se=_finite_or_none(self.eval_loss_se[m]) if evaluated else None,
+                state=state,  # type: ignore[arg-type]
                 diverged_step=watch.diverged_step,
-                reason=watch.reason,
+                reason=self.stall(m) if state == "stalled" else watch.reason,
             ))
             self._interval_sum[m], self._interval_n[m] = 0.0, 0
         return StepReport(
@@ -462,22 +502,29 @@ class Trial:
             if watch.diverged:
                 outcome, steps, reason = "diverged", watch.diverged_step or 0, watch.reason
             elif self.step >= self.steps and loss is not None:
-                outcome, steps, reason = "ok", self.steps, None
+                reason = self.stall(m)
+                outcome, steps = ("stalled" if reason is not None else "ok"), self.steps
             else:
                 outcome, steps = "failed", self.step
                 reason = f"stopped at step {self.step} of {self.steps}" if self.stopped else "no final evaluation"
-            ok = outcome == "ok"
-            accuracy = self.accuracy[m] if ok else None
+            finished = outcome in ("ok", "stalled")  # trained to the end: the final loss and accuracy are kept
+            accuracy = self.accuracy[m] if finished else None
             objective = None
-            if ok:
+            if outcome == "ok":  # a stalled run is never an optimum
                 objective = loss if self.spec.train.objective == "loss" else (None if accuracy is None else 1.0 - accuracy)
             out.append(PointResult(
                 point_id=pid, lr=lr, outcome=outcome,  # type: ignore[arg-type]
-                loss=loss if ok else None, objective=objective, accuracy=accuracy,
+                loss=loss if finished else None, objective=objective, accuracy=accuracy,
                 init_loss=_finite_or_none(watch.init_loss), diverged_step=watch.diverged_step, reason=reason,
                 steps=steps, tokens=steps * self.tokens_per_step, train_seconds=self.train_seconds,
                 corpus=self.source.fingerprint, params=self.params, params_nonembed=self.params_nonembed,
                 flops_per_token=self.flops_per_token,
+                loss_se=_finite_or_none(self.eval_loss_se[m]) if finished else None,
+                unigram_entropy=self.unigram.nats if self.unigram is not None else None,
+                unigram_counted=self.unigram.counted if self.unigram is not None else None,
+                unigram_exact=self.unigram.exact if self.unigram is not None else None,
+                unigram_loss=self.unigram_loss,
+                loss_batches=self.eval_batch_losses[m] if finished else None,
             ))
         return out
 
@@ -488,14 +535,21 @@ class Trial:
             return self.model.member_state_dict(self.slots.index(m))
         return self.frozen[m]
 
-    def export(self, root: Path) -> None:
-        """Each member's final weights: `root/<i>/model.safetensors` + `config.json`."""
+    def export(self, root: Path, *, best_only: bool = False) -> None:
+        """Each member's final weights: `root/<i>/model.safetensors` + `config.json`. With `best_only`, only
+        the member with the lowest objective among those that finished ok (the only one that can be its
+        cell's best: a sweep keeps each cell's best weights, and a 1.3B member is 5 GB)."""
         from safetensors.torch import save_file
 
         from trials.data.base import write_atomic
 
         results = self.results()
-        for m, result in enumerate(results):
+        chosen = range(len(results))
+        if best_only:
+            ok = [m for m, r in enumerate(results) if r.outcome == "ok" and r.objective is not None]
+            chosen = [min(ok, key=lambda m: results[m].objective)] if ok else []  # type: ignore[arg-type, return-value]
+        for m in chosen:
+            result = results[m]
             folder = root / str(m)
             folder.mkdir(parents=True, exist_ok=True)
             tmp = folder / f".model.safetensors.{os.getpid()}.tmp"
@@ -531,6 +585,8 @@ class Trial:
             "divergence": self.monitor.state_dict(),
             "train_seconds": self.train_seconds,
             "eval_loss": self.eval_loss,
+            "eval_loss_se": self.eval_loss_se,
+            "eval_batch_losses": self.eval_batch_losses,
             "eval_step": self.eval_step,
             "accuracy": self.accuracy,
             "last_loss": self.last_loss,
@@ -566,6 +622,8 @@ class Trial:
         self.step, self.train_seconds = int(state["step"]), float(state["train_seconds"])
         self._saved_step = self.step
         self.eval_loss, self.eval_step, self.accuracy = state["eval_loss"], state["eval_step"], state["accuracy"]
+        self.eval_loss_se = state.get("eval_loss_se") or [None] * len(self.eval_loss)  # absent in older checkpoints
+        self.eval_batch_losses = state.get("eval_batch_losses") or [None] * len(self.eval_loss)
         self.last_loss = state["last_loss"]
         self._interval_sum, self._interval_n = state["interval"]
         extra = tensors["extra"]

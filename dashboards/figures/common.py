@@ -150,7 +150,8 @@ def group_status(data: SweepData) -> dict[tuple[str, str], str]:
     return out
 
 
-STATUS_DASH = {"bracketed": "solid", "edge": "dash", "running": "dot", "pending": "dot", "diverged": "dot"}
+STATUS_DASH = {"bracketed": "solid", "edge": "dash", "running": "dot", "pending": "dot", "diverged": "dot",
+               "stalled": "dot"}
 
 
 def y_window(values: list[float]) -> tuple[float, float, float] | None:

@@ -87,7 +87,7 @@ def _with_gaps(frame: pl.DataFrame) -> tuple[list[Any], list[Any], list[Any]]:
 def curve_group_traces(
     data: SweepData, method: str, size: str, frame: pl.DataFrame, states: dict[str, str], axes: tuple[str, str],
 ) -> list[Trace]:  # fmt: skip
-    """The traces of one (method, size): finished and running curves solid, diverged and
+    """The traces of one (method, size): finished and running curves solid, diverged, stalled and
     failed ones dotted; curves joined with gaps so a group is two traces, not hundreds."""
     colour = data.size_shade(method, size)
     if frame.height == 0:
@@ -108,9 +108,10 @@ def curve_group_traces(
                 "x": x, "y": y, "customdata": lrs, "xaxis": axes[0], "yaxis": axes[1],
                 "line": {"color": colour, "width": 1 if bad else 1.3, "dash": "dot" if bad else "solid"},
                 "opacity": 0.7 if bad else 0.9, "connectgaps": False,
-                "name": style.text(f"{method} {size}") + (" diverged/failed" if bad else ""),
+                "name": style.text(f"{method} {size}") + (" diverged/stalled/failed" if bad else ""),
                 "legendgroup": f"size:{size}", "showlegend": False,
-                "meta": [style.text(method), style.text(size), "diverged or failed" if bad else "finished or running"],
+                "meta": [style.text(method), style.text(size),
+                         "diverged, stalled or failed" if bad else "finished or running"],
                 "hovertemplate": "%{meta[0]} · %{meta[1]}, LR %{customdata:.3g}<br>tokens %{x:.4s}<br>"
                 "train loss %{y:.4f}<br>%{meta[2]}<extra></extra>",
             }
@@ -144,7 +145,7 @@ def learning_curves_layout(
         else "the latest attempt of every point"
     )
     layout["title"]["subtitle"] = {
-        "text": f"training loss, {what}; downsampled with extremes kept; dotted: diverged or failed",
+        "text": f"training loss, {what}; downsampled with extremes kept; dotted: diverged, stalled or failed",
         "font": {"size": style.FONT_SIZE - 2, "color": style.MUTED},
     }
     layout["margin"]["t"] = 90

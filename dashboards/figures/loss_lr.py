@@ -42,7 +42,8 @@ def on_curve(frame: pl.DataFrame | None, lr: float | None, fallback: float | Non
 def loss_vs_lr(data: SweepData, *, facet: str = "method") -> FigureDict:
     """Final objective against LR: one panel per method (lines per size, light to dark with
     size) or per size (lines per method); mean over seeds with the seeds' range as error
-    bars; diverged points as × on the top edge, points above the axis as ▵ there (true value
+    bars; diverged points as × on the top edge, stalled ones (trained to the end at the loss of
+    predicting by token frequencies) as □ there, points above the axis as ▵ there (true value
     on hover), running points as ○ on the bottom edge; per cell the best grid point (○) and
     the interpolated optimum (★); line style gives the cell status (solid bracketed, dashed
     edge, dotted still running)."""
@@ -51,7 +52,7 @@ def loss_vs_lr(data: SweepData, *, facet: str = "method") -> FigureDict:
     layout = style.base_layout("Final loss against learning rate", height=430, uirevision="loss_vs_lr")
     layout["title"]["subtitle"] = {
         "text": "solid: optimum bracketed · dashed: optimum at the grid's edge · dotted: running · "
-        "★ interpolated optimum · ○ best grid point · × diverged · ▵ off scale",
+        "★ interpolated optimum · ○ best grid point · × diverged · □ stalled · ▵ off scale",
         "font": {"size": style.FONT_SIZE - 2, "color": style.MUTED},
     }
     layout["margin"]["t"] = 90
@@ -87,7 +88,7 @@ def loss_vs_lr(data: SweepData, *, facet: str = "method") -> FigureDict:
         layout["legend"]["title"] = {"text": "Size"}
         traces += size_legend(data, sizes, "loss_vs_lr")
     panel_col = "method" if facet == "method" else "size"
-    drawn = points.filter(pl.col("state").is_in(["ok", "diverged", "running"]))
+    drawn = points.filter(pl.col("state").is_in(["ok", "diverged", "stalled", "running"]))
     by_panel = drawn.partition_by(panel_col, as_dict=True)
     cells_by_panel = data.cells.partition_by(panel_col, as_dict=True)
     for k, panel in enumerate(panels, start=1):
@@ -202,6 +203,18 @@ def loss_vs_lr(data: SweepData, *, facet: str = "method") -> FigureDict:
                      for n, st, r in zip(div["n"].to_list(), div["step"].to_list(), div["reason"].to_list())],
                     "%{meta} · %{customdata[0]}<br>LR %{x:.3g}<br>diverged in %{customdata[1]} seed(s), first at step "
                     "%{customdata[2]}<br>%{customdata[3]}<extra></extra>")  # fmt: skip
+        stalled = (
+            in_panel.filter(pl.col("state") == "stalled")
+            .group_by("method", "size", "lr")
+            .agg(pl.len().alias("n"), pl.col("loss").mean().alias("loss"), pl.col("reason").drop_nulls().first())
+            .sort("method", "size", "lr")
+        )
+        add_markers("stalled", stalled, style.STALLED_SYMBOL, [y_top_marker] * stalled.height, 9,
+                    [[n, num(v), style.text(r or "")]
+                     for n, v, r in zip(stalled["n"].to_list(), stalled["loss"].to_list(), stalled["reason"].to_list())],
+                    "%{meta} · %{customdata[0]}<br>LR %{x:.3g}<br>stalled in %{customdata[1]} seed(s): final loss "
+                    "%{customdata[2]:.4f}, no better than predicting by token frequencies<br>%{customdata[3]}"
+                    "<extra></extra>")  # fmt: skip
         run = in_panel.filter(pl.col("state") == "running").sort("method", "size", "lr", "seed", "point_id")
         add_markers("running", run, "circle-open", [y_bottom_marker] * run.height, 9,
                     [[sd, st or 0] for sd, st in zip(run["seed"].to_list(), run["steps"].to_list())],

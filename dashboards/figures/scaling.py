@@ -22,6 +22,10 @@ from dashboards.figures.common import (
     scale_axis_ticks,
     uid,
 )
+from sweeper.records.states import CellStatus
+
+
+FAILED_STATUSES = tuple(s.value for s in CellStatus if s.learned_nothing)
 
 
 def _fit_for(data: SweepData, method: str, key: str) -> dict[str, Any] | None:
@@ -135,6 +139,53 @@ def _observed_by_size(data: SweepData, method: str, kind: str, value_col: str) -
     return out
 
 
+def _failed_by_size(data: SweepData, method: str, kind: str) -> list[dict[str, Any]]:
+    """Per size of `method` where some seed's cell found no usable learning rate (every point
+    diverged or stalled): x on the scaling axis, how many seeds failed and how."""
+    values = data.size_values()
+    cells = data.cells.filter(pl.col("method") == method)
+    out = []
+    for size in data.sizes:
+        frame = cells.filter(pl.col("size") == size)
+        x = values.get(size, {}).get(kind)
+        bad = [st for st in frame["status"].to_list() if st in FAILED_STATUSES]
+        if x is None or not bad:
+            continue
+        out.append({"size": size, "x": x, "failed": len(bad), "seeds": frame.height,
+                    "how": ", ".join(sorted(set(bad)))})
+    return out
+
+
+def _failed_markers(data: SweepData, kind: str, layout: dict[str, Any]) -> list[Trace]:
+    """The sizes at which a method failed (the study's "diverges from 192 layers"): ✕ in the method's
+    colour along the top of the plot, one row per method (an overlaid axis in [0, 1]); filled when
+    every seed failed, open when some did."""
+    traces: list[Trace] = []
+    methods = present_methods(data)
+    for i, method in enumerate(methods):
+        failed = _failed_by_size(data, method, kind)
+        if not failed:
+            continue
+        colour = data.colours[method]
+        traces.append(
+            {
+                "type": "scatter", "mode": "markers", "uid": uid("scaling", method, "failed"), "yaxis": "y2",
+                "x": [f["x"] for f in failed], "y": [0.97 - 0.045 * i] * len(failed),
+                "marker": {"color": colour, "size": 11, "line": {"color": colour, "width": 2},
+                           "symbol": [style.FAILED_SIZE_SYMBOL if f["failed"] == f["seeds"]
+                                      else style.FAILED_SIZE_SYMBOL + "-open" for f in failed]},
+                "name": style.text(method) + ": no usable LR", "legendgroup": method, "showlegend": True,
+                "meta": style.text(method),
+                "customdata": [[style.text(f["size"]), f["failed"], f["seeds"], f["how"]] for f in failed],
+                "hovertemplate": "%{meta} · %{customdata[0]}: no usable learning rate in %{customdata[1]} of "
+                "%{customdata[2]} seed(s) (%{customdata[3]}: every point diverged or stalled)<extra></extra>",
+            }
+        )  # fmt: skip
+    if traces:
+        layout["yaxis2"] = {"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True}
+    return traces
+
+
 def _extrapolation_shade(layout: dict[str, Any], data_max: float | None, curve_max: float | None) -> None:
     if data_max is None or curve_max is None or curve_max <= data_max * 1.0001:
         return
@@ -178,7 +229,8 @@ def scaling(data: SweepData) -> FigureDict:
     """Best loss against depth (or parameters, or compute) per method: the fitted power law
     `E + A·x^(-α)` with its 95% band from fits.json, the fitted points and the held-out
     point; before `sweeper fit` has run, the cells' best grid losses (filled: bracketed,
-    open: optimum at the grid's edge)."""
+    open: optimum at the grid's edge). A size at which a method found no usable learning rate
+    (every point diverged or stalled) is marked ✕ along the top, in the method's colour."""
     kind, x_title = _scaling_kind(data)
     layout = style.base_layout(f"Best loss against {x_title.split(' (')[0].lower()}", height=460, uirevision="scaling")
     layout["xaxis"] = style.axis(x_title, log=True)
@@ -258,6 +310,7 @@ def scaling(data: SweepData) -> FigureDict:
                 "(mean of %{customdata[1]} seed(s), %{customdata[2]})<extra></extra>",
             }
         )  # fmt: skip
+    traces += _failed_markers(data, kind, layout)
     scale_axis_ticks(layout["xaxis"], kind, _marker_xs(traces))
     if not traces:
         empty_note(layout, "No bracketed cell yet")

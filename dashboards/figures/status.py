@@ -46,6 +46,7 @@ def status_grid(data: SweepData) -> FigureDict:
             pl.col("state").is_in(FINISHED).sum().alias("done"),
             (pl.col("state") == "running").sum().alias("running"),
             (pl.col("state") == "diverged").sum().alias("diverged"),
+            (pl.col("state") == "stalled").sum().alias("stalled"),
             (pl.col("state") == "failed").sum().alias("failed"),
         )
         .iter_rows(named=True)
@@ -74,7 +75,8 @@ def status_grid(data: SweepData) -> FigureDict:
             done, total = c.get("done", 0), c.get("total", 0)
             tr.append(f"{st}<br>{done}/{total} pts")
             details = [f"{done} of {total} points done", f"{c.get('running', 0)} running",
-                       f"{c.get('diverged', 0)} diverged", f"{c.get('failed', 0)} failed"]  # fmt: skip
+                       f"{c.get('diverged', 0)} diverged", f"{c.get('stalled', 0)} stalled",
+                       f"{c.get('failed', 0)} failed"]  # fmt: skip
             hr.append("<br>".join(details + seeds.get((m, s), [])))
         z.append(zr)
         text.append(tr)
@@ -92,7 +94,7 @@ def status_grid(data: SweepData) -> FigureDict:
     ]  # fmt: skip
     shown = set(status.values())
     for name in order:
-        if name == "failed" and name not in shown:
+        if name in ("failed", "stalled") and name not in shown:
             continue  # a rare status: in the legend only when some cell has it
         traces.append(
             {

@@ -114,13 +114,16 @@
     const s = msg.summary || {};
     const points = s.points || {};
     const cells = s.cells || {};
-    const done = (points.ok || 0) + (points.diverged || 0) + (points.failed || 0);
+    const done = (points.ok || 0) + (points.diverged || 0) + (points.stalled || 0) + (points.failed || 0);
+    const noLR = (cells.diverged || 0) + (cells.stalled || 0);
     const parts = [
       `${done}/${s.n_points || 0} points done`,
       `${points.running || 0} running`,
       `${points.diverged || 0} diverged`,
+      `${points.stalled || 0} stalled`,
       `${points.failed || 0} failed`,
-      `cells: ${cells.bracketed || 0} bracketed, ${cells.edge || 0} edge, ${cells.running || 0} running, ${cells.pending || 0} pending`,
+      `cells: ${cells.bracketed || 0} bracketed, ${cells.edge || 0} edge, ${cells.running || 0} running, ${cells.pending || 0} pending` +
+        (noLR ? `, ${noLR} with no usable LR` : ""),
       s.fits ? "fits: yes" : "fits: not yet (sweeper fit DIR)",
     ];
     if (s.latest_event) parts.push("last event " + new Date(s.latest_event * 1000).toLocaleString());

@@ -23,6 +23,7 @@ import sys
 import tempfile
 from typing import Any
 
+from sweeper.cliargs import add_format
 from sweeper.errors import UserError
 
 
@@ -42,7 +43,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="cpu (default), or cuda (the default with --suite)")
     p.add_argument("--dtype", choices=["fp32", "bf16"], default=None, help="fp32, or bf16 autocast (default: fp32 on cpu, bf16 on cuda)")
     p.add_argument("--seq-len", type=int, default=128, help="tokens per sequence (default 128)")
-    p.add_argument("--batch", type=int, default=8, help="sequences per step (default 8)")
+    p.add_argument("--batch-size", "--batch", dest="batch", type=int, default=8, help="sequences per step (default 8)")
     p.add_argument("--vocab", type=int, default=None,
                    help="vocabulary (default 256, the built-in corpus's bytes; with --data-path, the corpus's)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
@@ -68,11 +69,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--data-path", default=None, metavar="PATH",
                    help="train on (and with --data measure) a prepared corpus (`sweeper data prepare`) or token file; "
                         "--vocab defaults to its vocabulary")
-    p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.add_argument("--no-cache", action="store_true",
                    help="do not record the measurement for cost plans (default: kept per shape, device and mode in "
                         "$LAYERROPE_SWEEPER_BENCH_CACHE or ~/.cache/layerrope-sweeper/bench.json; launch --dry-run "
                         "uses it)")
+    add_format(p)
     suite = p.add_argument_group("the GPU suite (every GPU check in one run; see `sweeper.commands.bench_suite`)")
     suite.add_argument("--suite", choices=["gpu"], default=None,
                        help="run every GPU check (throughput, CUDA graphs, stacking, MFU, memory model, determinism, "
@@ -217,8 +218,9 @@ def run_suite(args: argparse.Namespace) -> int:
 
 
 def print_suite(result: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from sweeper.records.table import make_console
 
     table = Table(title=f"GPU suite on {result['device']}{' (quick)' if result['quick'] else ''}: "
                         f"{result['seconds']:.0f} s of {result['budget_s']:.0f}", header_style="bold", title_justify="left")
@@ -227,7 +229,7 @@ def print_suite(result: dict[str, Any]) -> None:
     for name, check in result["checks"].items():
         seconds = check.get("seconds")
         table.add_row(name, str(check.get("status")), str(check.get("goal", "")), f"{seconds:.0f}" if seconds else "")
-    Console().print(table)
+    make_console().print(table)
 
 
 def _si(x: float, unit: str) -> str:
@@ -242,15 +244,17 @@ def _pct(x: float | None) -> str:
 
 
 def print_result(result: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    console = Console()
+    from sweeper.records.table import make_console
+
+    console = make_console()
     s, m, c = result["settings"], result["machine"], result["counting"]
-    console.print(
-        f"[bold]{s['method']}[/] d{s['width']} L{s['depth']} vocab {s['vocab']}, seq {s['seq_len']} x batch {s['batch']}, "
+    console.print(Text.assemble(
+        (str(s["method"]), "bold"), f" d{s['width']} L{s['depth']} vocab {s['vocab']}, seq {s['seq_len']} x batch {s['batch']}, "
         f"stack {s['stack']}, {s['dtype']} on {m['device']}{' (' + m['gpu'] + ')' if 'gpu' in m else ''}, "
-        f"{m['threads']} threads (OMP_WAIT_POLICY {m['omp_wait_policy']}); {result['execution']}",
+        f"{m['threads']} threads (OMP_WAIT_POLICY {m['omp_wait_policy']}); {result['execution']}"),
         highlight=False,
     )
     console.print(

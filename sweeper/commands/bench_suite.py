@@ -452,7 +452,7 @@ def run_sweep(cfg: SuiteConfig, folder: Path, address: str | None, limit: float,
         report.record(name, status="error", seconds=seconds, error=f"sweeper launch exited {proc.returncode}: {tail[-1500:]}")
         return
     counts = summary.get("counts", {})
-    unfinished = {k: v for k, v in counts.items() if k not in ("bracketed", "edge", "diverged") and v}
+    unfinished = {k: v for k, v in counts.items() if k not in ("bracketed", "edge", "diverged", "stalled") and v}
     slots = int(summary.get("slots", 0))
     ok = proc.returncode == 0 and not summary.get("interrupted") and not unfinished and (slots >= 2 or not fractions)
     report.record(name, status="pass" if ok else "fail", seconds=seconds, exit_code=proc.returncode, counts=counts,

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sweeper.cliargs import add_format
 from sweeper.errors import UserError
 
 _SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
@@ -98,12 +99,12 @@ def register(subparsers: Any) -> None:
     prep.add_argument("--overwrite", action="store_true", help="replace a corpus in OUT prepared with other settings")
     prep.add_argument("--restart", action="store_true", help="discard an unfinished prepare in OUT made with other settings")
     prep.add_argument("--quiet", action="store_true", help="no progress lines")
-    prep.add_argument("--json", action="store_true", help="print the manifest as JSON at the end")
+    add_format(prep)
     prep.set_defaults(func=run_prepare)
     info = sub.add_parser("info", help="print a prepared folder's manifest (and check its files)")
     info.add_argument("path", help="a prepared folder or its manifest.json")
     info.add_argument("--verify", action="store_true", help="re-hash the token files and compare with the manifest")
-    info.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    add_format(info)
     info.set_defaults(func=run_info)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 

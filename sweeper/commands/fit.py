@@ -15,16 +15,82 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sweeper.cliargs import add_format
 from sweeper.errors import UserError
 
 
-def _size_arg(text: str) -> float:
-    from sweeper.analysis.fits.units import parse_size
+def _size_arg(text: str) -> str:
+    """A --to value, checked as a size now; what it means waits for the axis (see `resolve_targets`)."""
+    from sweeper.analysis.fits.units import parse_size  # (see `run`)
 
     try:
-        return parse_size(text)
+        parse_size(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def resolve_targets(texts: list[str], axis: str, n_def: str, results: Any) -> tuple[list[float], list[str]]:
+    """The --to values on the fit's axis, and one note per named size resolved.
+
+    On `params`, a named size (`1.3B`, `350M`) is that model's own parameter count under `--n`
+    (the sweep's count when the sweep trained that size, else the named configuration's), not the
+    number its name rounds to: the 1.3B model has 1.21e9 non-embedding parameters. On a depth or loop
+    axis a size suffix is an error: `--to 1.3B` there would be 1.3e9 blocks."""
+    from models.counting import count_params  # no torch: counts from the configuration
+    from models.named import named_configs
+    from sweeper.analysis.fits.units import format_size, parse_size
+
+    named = named_configs()
+    out: list[float] = []
+    notes: list[str] = []
+    for text in texts:
+        value = parse_size(text)
+        has_suffix = text.strip()[-1:].isalpha()
+        if axis == "depth" and has_suffix:
+            what, unit = ("loop count", "loops") if results.loops_axis else ("block count", "blocks")
+            raise UserError(f"--to {text}: a size suffix on a {'loop-count' if results.loops_axis else 'depth'} axis "
+                            f"(that would be {value:.3g} {unit}); give a {what}, e.g. --to 1024, or fit on --x params")
+        if axis == "params" and text.strip() in named:
+            sweep_n = [s.scale.n_value(n_def) for s in results.sizes if s.size == text.strip()]
+            if sweep_n and sweep_n[0]:
+                n, where = sweep_n[0], "as the sweep trained it"
+            else:
+                counts = count_params(named[text.strip()])
+                n, where = float(counts["nonembed" if n_def == "nonembed" else "total"]), "the named configuration"
+            kind = "non-embedding" if n_def == "nonembed" else "total"
+            notes.append(f"--to {text}: the {text.strip()} model's own N = {format_size(n)} ({n:.4g}) {kind} "
+                         f"parameters ({where})")
+            value = n
+        out.append(value)
+    return out, notes
+
+
+def replaced_note(old: dict[str, Any] | None, new: dict[str, Any]) -> str | None:
+    """What a rerun replaces in fits.json (targets, axis, options), or None when nothing the reader sees changes."""
+    if not old:
+        return None
+    from sweeper.analysis.fits.units import format_size  # (see `run`)
+
+    changes = []
+    if old.get("x") != new.get("x"):
+        changes.append(f"x: {old.get('x')} → {new.get('x')}")
+    old_targets, new_targets = old.get("targets") or [], new.get("targets") or []
+    if old_targets != new_targets:
+        def show(ts: list[float]) -> str:
+            return ", ".join(format_size(t) for t in ts) or "none"
+
+        changes.append(f"targets: {show(old_targets)} → {show(new_targets)}")
+    for key in sorted(set(old.get("options") or {}) | set(new.get("options") or {})):
+        a, b = (old.get("options") or {}).get(key), (new.get("options") or {}).get(key)
+        if a != b:
+            changes.append(f"{key}: {a} → {b}")
+    if old.get("e_model") != new.get("e_model"):
+        changes.append(f"E: {old.get('e_model')} → {new.get('e_model')}")
+    old_inputs, new_inputs = old.get("inputs") or {}, new.get("inputs") or {}
+    if old_inputs.get("lr_source") != new_inputs.get("lr_source"):
+        changes.append(f"lr_source: {old_inputs.get('lr_source')} → {new_inputs.get('lr_source')}")
+    return "; ".join(changes) if changes else None
 
 
 def _resamples_arg(text: str) -> int:
@@ -67,7 +133,7 @@ def register(subparsers: Any) -> None:
                         help="resampling scheme (default residual: small-sample calibrated residual bootstrap)")
     parser.add_argument("--resamples", type=_resamples_arg, default=2000, help="bootstrap resamples (default 2000)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap random seed (default 0: reproducible)")
-    parser.add_argument("--json", action="store_true", help="print the fits.json document instead of tables")
+    add_format(parser)
     parser.add_argument("--no-write", action="store_true", help="do not write DIR/fits.json")
     parser.set_defaults(func=run)
 
@@ -77,14 +143,17 @@ def run(args: argparse.Namespace) -> int:
     from sweeper.analysis.fits.collect import collect
     from sweeper.analysis.fits.report import FitOptions, build_report, to_jsonable
     from sweeper.records.durable import write_json_atomic
-    from sweeper.records.store import FITS
+    from sweeper.records.store import FITS, load_fits
 
     started = time.perf_counter()
     root = Path(args.dir)
     results = collect(root, include_edge=args.include_edge, lr_source=args.lr_source)
     axis = args.x or results.default_x
+    targets, notes = resolve_targets(args.to, axis, args.n_def, results)
+    for note in notes:
+        sys.stderr.write(f"{note}\n")
     opts = FitOptions(
-        x=axis, n_def=args.n_def, c_def=args.c_def, targets=tuple(args.to), resamples=args.resamples,
+        x=axis, n_def=args.n_def, c_def=args.c_def, targets=tuple(targets), resamples=args.resamples,
         seed=args.seed, scheme=args.bootstrap, include_edge=args.include_edge, lr_source=args.lr_source,
         shared_e=args.shared_e,
     )
@@ -93,6 +162,13 @@ def run(args: argparse.Namespace) -> int:
     doc = to_jsonable(build_report(results, opts))
     doc["elapsed_s"] = time.perf_counter() - started
     if not args.no_write:
+        try:
+            previous = load_fits(root)
+        except UserError:
+            previous = None  # an unreadable fits.json is simply replaced
+        change = replaced_note(previous if isinstance(previous, dict) else None, doc)
+        if change:  # the dashboards draw what fits.json holds: say what they will stop showing
+            sys.stderr.write(f"replacing {root / FITS} ({change})\n")
         write_json_atomic(root / FITS, doc)
     if args.json:
         json.dump(doc, sys.stdout, indent=2, sort_keys=True)
@@ -134,30 +210,60 @@ def _trust(section: dict[str, Any] | None) -> Any:
     return Text("yes", style="green") if section.get("trustworthy") else Text("NO", style="bold red")
 
 
+def _points_table(doc: dict[str, Any], x_name: str) -> Any:
+    """The fitted points: per (method, size) the mean over seeds, the seeds' spread and the SEs."""
+    from rich.table import Table
+
+    from sweeper.analysis.fits.units import format_size
+
+    table = Table(title="Fitted points: best loss, mean over seeds", title_justify="left", header_style="bold")
+    for col in ("method", "size", x_name, "loss", "seeds", "seeds' spread (sd)", "SE of the mean", "eval SE",
+                "per seed (± eval SE)"):
+        table.add_column(col, justify="left" if col in ("method", "size", "per seed (± eval SE)") else "right")
+    for method, m in doc["methods"].items():
+        for row in m["sizes"]:
+            per_seed = []
+            for value, se in zip(row["loss_seeds"], row.get("loss_se_seeds") or [None] * len(row["loss_seeds"])):
+                per_seed.append(f"{value:.4f}" + (f" ± {se:.4f}" if se is not None else ""))
+            table.add_row(method, row["size"], format_size(row["x"]) if row["x"] else "—", f"{row['loss']:.4f}",
+                          str(len(row["seeds"])), _g(row.get("loss_sd"), ".4f"), _g(row.get("loss_se"), ".4f"),
+                          _g(row.get("loss_eval_se"), ".4f"), ", ".join(per_seed))
+    failed = doc["inputs"].get("failed") or []
+    if failed:
+        by: dict[tuple[str, str], list[str]] = {}
+        for cell in failed:
+            by.setdefault((cell["method"], cell["size"]), []).append(f"s{cell['seed']} {cell['status']}")
+        table.caption = "no usable learning rate (every point diverged or stalled): " + "; ".join(
+            f"{m} {size} ({', '.join(v)})" for (m, size), v in sorted(by.items()))
+        table.caption_justify = "left"
+    return table
+
+
 def render(doc: dict[str, Any], written: Path | None) -> None:
     """The fits as rich tables: loss fits, predictions, LR laws, ranking, sensitivity, then every warning."""
-    from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from sweeper.analysis.fits.report import LOOPS_LABEL
     from sweeper.analysis.fits.units import format_size
+    from sweeper.records.table import labelled, make_console
 
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=160)  # logs and pipes: do not wrap the tables at 80 columns
+    console = make_console()
     x_name = "loop count" if doc["x_label"] == LOOPS_LABEL else doc["x"]  # a loop-count sweep fits on `depth` = T
-    console.print(f"[bold]{doc['sweep']}[/]: fits against {doc['x_label']} · {doc['e_model']} E · "
-                  f"{doc['options']['resamples']} bootstrap resamples ({doc['options']['bootstrap']}), 95% intervals")
-    console.print(f"[dim]{doc['inputs']['rule']}[/]")
+    console.print(Text.assemble((str(doc["sweep"]), "bold"),
+                                f": fits against {doc['x_label']} · {doc['e_model']} E · "
+                                f"{doc['options']['resamples']} bootstrap resamples ({doc['options']['bootstrap']}), "
+                                "95% intervals"))
+    console.print(doc["inputs"]["rule"], style="dim")
     if x_name == "params" or doc["methods"]:
-        console.print(f"[dim]{doc['n_definition']}[/]")
-    console.print(f"[dim]{doc['c_definition']}[/]")
+        console.print(doc["n_definition"], style="dim")
+    console.print(doc["c_definition"], style="dim")
     if doc["inputs"]["excluded"]:
         reasons: dict[str, int] = {}
         for item in doc["inputs"]["excluded"]:
             key = item["reason"].split(":")[0]
             reasons[key] = reasons.get(key, 0) + 1
-        console.print("[dim]excluded cells: " + ", ".join(f"{n} {r}" for r, n in sorted(reasons.items())) + "[/]")
+        console.print("excluded cells: " + ", ".join(f"{n} {r}" for r, n in sorted(reasons.items())), style="dim")
 
     loss = Table(title=f"Loss vs {x_name}: L = E + A·x^(-α)", title_justify="left", header_style="bold")
     for col in ("method", "n", "E", "A", "α", "log-log slope", f"held-out {x_name}: predicted vs actual", "trust"):
@@ -172,6 +278,7 @@ def render(doc: dict[str, Any], written: Path | None) -> None:
         loss.add_row(method, str(lf["n_points"]), _iv(lf["E"]), _iv(lf["A"]), _iv(lf["alpha"], ".3g"),
                      _iv(lf["loglog_slope"], ".3g"), held, _trust(lf))
     console.print(loss)
+    console.print(_points_table(doc, x_name))
 
     lr = Table(title=f"Optimal LR vs {x_name}: LR* = c·x^b", title_justify="left", header_style="bold")
     for col in ("method", "n", "exponent b", "c", "trust"):
@@ -225,15 +332,15 @@ def render(doc: dict[str, Any], written: Path | None) -> None:
     console.print(sens)
 
     for warning in doc["warnings"]:
-        console.print(f"[yellow]warning:[/] {warning}")
+        console.print(labelled("warning:", warning))
     for method, m in doc["methods"].items():
         for part in ("loss_fit", "lr_fit"):
             for warning in m[part]["warnings"]:
-                console.print(f"[yellow]{method} {part.replace('_', ' ')}:[/] {warning}")
+                console.print(labelled(f"{method} {part.replace('_', ' ')}:", warning))
         cf = m.get("compute_fit") or {}
         for warning in cf.get("warnings", []):
-            console.print(f"[yellow]{method} compute fit:[/] {warning}")
+            console.print(labelled(f"{method} compute fit:", warning))
     tail = f"fitted in {doc['elapsed_s']:.2f} s"
     if written:
         tail += f"; wrote {written}"
-    console.print(f"[dim]{tail}[/]")
+    console.print(tail, style="dim")

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sweeper.cliargs import add_format
 from sweeper.errors import UserError
 from sweeper.analysis.gamma.layouts import RULES, SITE_GROUPS
 
@@ -54,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "keep per model configuration and seed only the member that finished ok with the lowest loss",
     )
     parser.add_argument("--out", metavar="DIR", help="write gamma.json and gamma.html (figures) here")
-    parser.add_argument("--json", action="store_true", help="print the full results as JSON on stdout")
+    add_format(parser)
     parser.set_defaults(func=run)
 
 
@@ -84,14 +85,13 @@ def _fmt(value: Any) -> str:
 
 
 def _print_table(results: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from sweeper.analysis.gamma.report import SUMMARY_COLUMNS, summary_rows
+    from sweeper.records.table import make_console
 
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=max(console.width, 200))
+    console = make_console(width=200)
     table = Table(title=f"γ probe — {results['site_group']} sites", show_lines=False)
     for key in CONSOLE_COLUMNS:
         table.add_column(SUMMARY_COLUMNS[key], justify="left" if key in ("model", "site") else "right",
@@ -100,7 +100,8 @@ def _print_table(results: dict[str, Any]) -> None:
         table.add_row(*(_fmt(row[key]) for key in CONSOLE_COLUMNS))
     console.print(table)
     for model in results["models"]:
-        header = f"[bold]{model['name']}[/bold]: {model['layout']}, {model['n_layers']} layers, gain = {model['gain_transform']}"
+        header = Text.assemble((str(model["name"]), "bold"),
+                               f": {model['layout']}, {model['n_layers']} layers, gain = {model['gain_transform']}")
         console.print(header)
         for note in model["notes"]:
             console.print(f"  · {note}")

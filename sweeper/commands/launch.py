@@ -1,4 +1,10 @@
-"""`sweeper launch SWEEP.yaml [--address ADDR] [--dry-run]`: run (or resume, or extend) a sweep."""
+"""`sweeper launch SWEEP.yaml [KEY=VALUE ...] [--address ADDR] [--dry-run]`: run (or resume, or extend) a sweep.
+
+`KEY=VALUE` overrides (`train.steps=400`) are set on the file before it is validated, and are
+recorded in the sweep directory (its manifest and YAML copy): a relaunch without them applies the
+recorded ones, so it resumes the same sweep; a relaunch that changes one is a change of settings,
+refused like an edit of the file for cells that have results.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sweeper.cliargs import add_format, add_out, add_overrides
 from sweeper.errors import UserError
 
 DEFAULT_THROUGHPUT = 2e14  # FLOP/s per GPU for --dry-run estimates: ~25% of an H100/H200's dense bf16 peak
@@ -26,8 +33,10 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument("file", help="the sweep YAML file")
+    add_overrides(parser)
     parser.add_argument("--address", help="join an existing Ray cluster ('auto', HOST:PORT or ray://HOST:PORT)")
-    parser.add_argument("--output", help="sweep directory (overrides the YAML's `output`)")
+    add_out(parser, "the sweep directory (default: the YAML's `output`, else runs/NAME)", aliases=("--output",),
+            metavar="DIR")
     parser.add_argument("--dry-run", action="store_true", help="print the plan (cells, grids, FLOPs, GPU-hours) and exit")
     parser.add_argument("--throughput", type=float, default=DEFAULT_THROUGHPUT,
                         help=f"FLOP/s per GPU that --dry-run assumes for shapes `sweeper bench` has not measured "
@@ -46,7 +55,7 @@ def register(subparsers: Any) -> None:
                         help="with --simulate: the virtual pool's GPU count (overrides the surface's pool.gpus)")
     parser.add_argument("--time-compression", type=float, metavar="X",
                         help="with --simulate: simulated seconds per wall second (overrides the surface's)")
-    parser.add_argument("--json", action="store_true", help="print the plan or the final summary as JSON")
+    add_format(parser)
     parser.set_defaults(func=run)
 
 
@@ -59,14 +68,24 @@ def run(args: argparse.Namespace) -> int:
                         ("--pool", args.pool)):
         if value is not None and not value > 0:
             raise UserError(f"{flag}: must be > 0 (got {value:g})")
-    validated = load_sweep(args.file, need_data=not (args.dry_run or args.simulate))
-    from sweeper.records.table import make_console  # a bad file is refused before these load
+    validated = load_sweep(args.file, need_data=not (args.dry_run or args.simulate), overrides=args.overrides)
+    from sweeper.records.table import labelled, make_console  # a bad file is refused before these load
     from sweeper.search.planner import build_plan
 
     console = make_console(stderr=args.json)
+    plan = build_plan(validated.config, output=args.out, source=Path(args.file))
+    recorded = recorded_overrides(plan.sweep_dir)
+    if recorded and not set(recorded) <= set(validated.overrides):
+        from sweeper.spec.overrides import merge_texts  # (see above)
+
+        merged = merge_texts(recorded, validated.overrides)
+        kept = [o for o in merged if o not in validated.overrides]
+        console.print(f"overrides recorded in {plan.sweep_dir} applied: {' '.join(kept)}", highlight=False)
+        validated = load_sweep(args.file, need_data=not args.dry_run, overrides=merged)
+        plan = build_plan(validated.config, output=args.out, source=Path(args.file))
+    plan.overrides, plan.document = validated.overrides, validated.document
     for warning in validated.warnings:
-        console.print(f"[yellow]warning:[/] {warning}", highlight=False)
-    plan = build_plan(validated.config, output=args.output, source=Path(args.file))
+        console.print(labelled("warning:", warning), highlight=False, soft_wrap=True)
     if args.dry_run:
         return dry_run(plan, args.throughput, as_json=args.json, console=console, cpu_throughput=args.cpu_throughput,
                        pool=args.pool)
@@ -99,15 +118,32 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(summary.to_dict(), indent=2, default=str))
     else:
         print_summary(summary, console)
+        if not summary.interrupted and plan.config.next:
+            console.print(labelled("then:", plan.config.next.strip(), style="bold"), highlight=False)
     return 130 if summary.interrupted else 0
 
 
+def recorded_overrides(sweep_dir: Path) -> list[str]:
+    """The overrides an earlier launch recorded in the sweep directory's manifest (none for a new sweep)."""
+    manifest = sweep_dir / "manifest.json"
+    if not manifest.is_file():
+        return []
+    try:
+        found = json.loads(manifest.read_text()).get("overrides") or []
+    except (OSError, ValueError):
+        return []  # launch itself reports an unreadable manifest
+    return [str(o) for o in found]
+
+
 def print_summary(summary: Any, console: Any) -> None:
-    from sweeper.records.table import counts_line  # (see `run`)
+    from rich.text import Text  # (see `run`)
+
+    from sweeper.records.table import counts_line
 
     done = sum(summary.counts.values())
     verb = "stopped" if summary.interrupted else "finished"
-    console.print(f"[bold]Sweep {verb}[/]: {counts_line(summary.counts)} ({done} cells) in {summary.sweep_dir}")
+    console.print(Text.assemble((f"Sweep {verb}", "bold"), f": {counts_line(summary.counts)} ({done} cells) in "
+                                f"{summary.sweep_dir}"))
     ratio = f"{summary.overhead_ratio:.2f}" if summary.overhead_ratio else "—"
     if summary.simulation:  # training seconds are simulated ones: the slot-time shares below would mix clocks
         console.print(f"wall {summary.wall_seconds:.1f} s (Ray start {summary.ray_start_seconds:.1f} s), "
@@ -139,15 +175,21 @@ def print_summary(summary: Any, console: Any) -> None:
     if sim:
         util = sim.get("gpu_utilisation")
         sat = sim.get("gpu_utilisation_while_saturated")
-        console.print(
-            f"[bold]SIMULATED[/] on surface {sim['surface']} (×{sim['time_compression']:g} time compression, "
+        console.print(labelled(
+            "SIMULATED",
+            f"on surface {sim['surface']} (×{sim['time_compression']:g} time compression, "
             f"{sim['pool_gpus']:g} virtual GPUs): {sim['simulated_gpu_hours']:.4g} GPU-hours held over "
             f"{sim['simulated_wall_hours']:.4g} simulated hours; GPU-slot utilisation "
             f"{'—' if util is None else f'{100 * util:.1f}%'} overall, "
             f"{'—' if sat is None else f'{100 * sat:.1f}%'} while the open cells asked for the whole pool "
-            f"({100 * (sim.get('saturated_fraction_of_wall') or 0):.0f}% of the time)",
+            f"({100 * (sim.get('saturated_fraction_of_wall') or 0):.0f}% of the time)", style="bold"),
             highlight=False,
         )
+    failed = {k: v for k, v in summary.counts.items() if k in ("diverged", "stalled") and v}
+    if failed:
+        console.print(f"{sum(failed.values())} cell(s) found no usable learning rate (every point diverged or "
+                      "stalled: learned nothing beyond token frequencies); `sweeper optima` lists them, the plots "
+                      "mark them as failed", highlight=False)
     if summary.interrupted:
         console.print("relaunch the same command to resume")
     else:

@@ -14,6 +14,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
+from sweeper.cliargs import add_format
 from sweeper.errors import UserError
 
 
@@ -40,7 +41,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--scheme", default="pre", help="count the norm gains of this scheme (default: pre)")
     parser.add_argument("--seq-len", type=_positive_int, default=None, metavar="T",
                         help="sequence length for the attention FLOPs (default: each config's seq_len, 256)")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    add_format(parser)
     parser.set_defaults(func=run)
 
 
@@ -107,10 +108,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     from rich import box
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console() if sys.stdout.isatty() else Console(width=120)
+    from sweeper.records.table import make_console
+
+    console = make_console(width=120)
     table = Table(title=f"Named model sizes: scheme {data['scheme']}, exact counts per model", box=box.SIMPLE_HEAD,
                   padding=(0, 0), pad_edge=False)
     for header in ("name", "d/heads", "L", "MLP", "V", "T", "params", "non-embed", "FLOPs/tok"):
@@ -125,12 +127,12 @@ def run(args: argparse.Namespace) -> int:
             str(row["seq_len"]), f"{row['params']:,}", f"{row['params_nonembed']:,}", _short(row["flops_per_token"]),
         )
     console.print(table)
-    console.print(f"[dim]{data['flops_definition']}; non-embed excludes the input embedding and the LM head; "
-                  "V vocabulary, T sequence length.[/dim]")
-    console.print("[dim]looped (parcae-*): L = prelude/core/coda blocks, FLOPs at the mean training loop count with "
+    console.print(f"{data['flops_definition']}; non-embed excludes the input embedding and the LM head; "
+                  "V vocabulary, T sequence length.", style="dim")
+    console.print("looped (parcae-*): L = prelude/core/coda blocks, FLOPs at the mean training loop count with "
                   "backprop through the last k loops; *-gpt is the non-looped baseline of the same blocks. "
                   "vit: V classes, T tokens per image (patches + class token), FLOPs per token "
-                  "(see models/family_counts.py).[/dim]")
+                  "(see models/family_counts.py).", style="dim")
     schemes = Table(title="Normalization schemes (options go in scheme_options)", box=box.SIMPLE_HEAD, padding=(0, 1))
     schemes.add_column("scheme")
     schemes.add_column("wiring")

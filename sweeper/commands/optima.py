@@ -6,11 +6,15 @@ import argparse
 import csv
 import io
 import json
+import math
 import sys
 from typing import Any
 
-COLUMNS = ("method", "size", "seed", "status", "best_lr", "best_loss", "interp_lr", "interp_objective",
-           "n_points", "n_diverged", "n_failed", "n_running", "params", "depth", "cell_id")
+from sweeper.cliargs import add_format
+
+COLUMNS = ("method", "size", "seed", "status", "best_lr", "best_loss", "best_loss_se", "within_noise", "neighbour_lr",
+           "neighbour_gap", "neighbour_gap_se", "interp_lr", "interp_objective", "n_points", "n_diverged", "n_stalled",
+           "n_failed", "n_running", "params", "depth", "cell_id")
 
 
 def register(subparsers: Any) -> None:
@@ -18,21 +22,25 @@ def register(subparsers: Any) -> None:
         "optima",
         help="print each cell's optimal learning rate (grid best and interpolated)",
         description=(
-            "Per (method, size, seed): status, grid-best LR and loss, the interpolated optimum (parabola in log LR "
-            "through the best point and its neighbours), points and diverged points, and the average number of "
-            "points per bracketed cell."
+            "Per (method, size, seed): status, grid-best LR and loss ± its standard error over the eval batches, "
+            "a flag when the best point and a neighbour differ by less than 2 SEs (bracket within noise), the "
+            "interpolated optimum (parabola in log LR through the best point and its neighbours), points, diverged "
+            "and stalled points (stalled: trained to the end at the loss of predicting by token frequencies; "
+            "never an optimum), and the average number of points per bracketed cell."
         ),
     )
     parser.add_argument("dir", help="the sweep directory")
-    parser.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    add_format(parser, choices=("table", "csv", "json"))
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     # Here, not at the top: the CLI imports every command module when it starts (`sweeper validate`'s speed).
     from rich.table import Table
+    from rich.text import Text
 
-    from sweeper.records.results import optima, points_per_bracketed_cell
+    from sweeper.records.results import noise_note, optima, points_per_bracketed_cell
+    from sweeper.records.store import read_manifest
     from sweeper.records.table import STATUS_STYLE, fmt, make_console
 
     from sweeper.records.store import read_manifest, simulated_label
@@ -41,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
     average = points_per_bracketed_cell(rows)
     simulated = simulated_label(read_manifest(args.dir))
     if args.format == "json":
-        print(json.dumps({"cells": rows, "points_per_bracketed_cell": average, "simulated": simulated is not None},
+        print(json.dumps({"name": read_manifest(args.dir).get("name"), "dir": str(args.dir), "cells": rows,
+                          "points_per_bracketed_cell": average, "simulated": simulated is not None},
                          indent=2, default=str))
         return 0
     if args.format == "csv":
@@ -52,16 +61,19 @@ def run(args: argparse.Namespace) -> int:
             writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in COLUMNS})
         sys.stdout.write(buffer.getvalue())
         return 0
-    title = f"optima of {args.dir}" + (f" · {simulated}" if simulated else "")
+    title = f"{read_manifest(args.dir).get('name')} ({args.dir}): optima"  # as `sweeper status` titles it
+    title += f" · {simulated}" if simulated else ""
     table = Table(header_style="bold", title=title, title_justify="left")
-    for name in ("method", "size", "seed", "status", "best lr", "best loss", "interp lr", "parabola min",
-                 "points", "diverged"):
-        table.add_column(name, justify="left" if name in ("method", "size", "status") else "right", no_wrap=True)
+    for name in ("method", "size", "seed", "status", "best lr", "best loss ± SE", "vs neighbour",
+                 "interp lr", "interp objective", "pts", "div", "stall"):
+        table.add_column(name, justify="left" if name in ("method", "size", "status", "vs neighbour") else "right",
+                         no_wrap=True)
     for r in rows:
         table.add_row(
-            r["method"], r["size"], str(r["seed"]), f"[{STATUS_STYLE.get(r['status'], '')}]{r['status']}[/]",
-            fmt(r["best_lr"], ".3g"), fmt(r["best_loss"], ".4f"), fmt(r["interp_lr"], ".3g"),
+            r["method"], r["size"], str(r["seed"]), Text(status_text(r), style=STATUS_STYLE.get(r["status"], "")),
+            fmt(r["best_lr"], ".3g"), best_loss_text(r), neighbour_text(r), fmt(r["interp_lr"], ".3g"),
             fmt(r["interp_objective"], ".4f"), str(r["n_points"]), str(r["n_diverged"]),
+            Text(str(r["n_stalled"]), style="magenta") if r["n_stalled"] else "0",
         )
     console = make_console()
     console.print(table)
@@ -71,7 +83,47 @@ def run(args: argparse.Namespace) -> int:
                       f"cells ({per})", highlight=False)
     else:
         console.print("no bracketed cells yet")
+    if any(r["within_noise"] for r in rows):
+        console.print(noise_note(), highlight=False, style="dim")
+    if any(r["status"] in ("diverged", "stalled") for r in rows):
+        console.print("all diverged / all stalled: the cell found no usable learning rate (the method fails at this "
+                      "size)", highlight=False, style="dim")
+    if any(r["n_stalled"] for r in rows):
+        console.print("stalled: trained to the end without beating the loss of predicting by token frequencies "
+                      "by divergence.stall_margin; counts like a diverged point (never an optimum, never in a fit)",
+                      highlight=False, style="dim")
     console.print("interp lr: the vertex of a parabola in log LR through the best grid point and its two neighbours; "
-                  "parabola min: the parabola's value there (a model, not a measured loss: fits use the best loss)",
+                  "interp objective: the parabola's value there (a model, not a measured loss: fits use the best loss)",
                   highlight=False, style="dim")
     return 0
+
+
+def status_text(row: dict[str, Any]) -> str:
+    """The cell's status; a cell that found no usable learning rate says why."""
+    status = str(row["status"])
+    if status == "stalled":
+        return "all diverged/stalled" if row.get("n_diverged") else "all stalled"
+    if status == "diverged":
+        return "all diverged"
+    return status
+
+
+def best_loss_text(row: dict[str, Any]) -> str:
+    from sweeper.records.table import fmt  # beside the table's other imports (start-up time)
+
+    text = fmt(row["best_loss"], ".4f")
+    if row["best_loss"] is not None and row.get("best_loss_se") is not None:
+        text += f" ± {row['best_loss_se']:.4f}"
+    return text
+
+
+def neighbour_text(row: dict[str, Any]) -> Any:
+    """'+0.012 (1.4 SE) within noise' for the best point's nearest ok neighbour (a styled Text when within noise)."""
+    from rich.text import Text  # (see `run`)
+
+    if row.get("neighbour_gap") is None:
+        return "—"
+    se = row["neighbour_gap_se"]
+    ratio = row["neighbour_gap"] / se if se else math.inf
+    text = f"{row['neighbour_gap']:+.4f} ({ratio:.1f} SE)" if ratio < 100 else f"{row['neighbour_gap']:+.4f} (>99 SE)"
+    return Text(f"{text} within noise", style="bold yellow") if row["within_noise"] else text

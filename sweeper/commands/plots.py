@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
+from sweeper.cliargs import FORMATS, add_format, add_out
 from sweeper.errors import UserError
 
 
@@ -22,10 +24,14 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument("dir", help="the sweep directory")
-    parser.add_argument("--out", required=True, help="the folder to write into (created if missing)")
-    parser.add_argument("--format", default="html,png", help="comma-separated: html, png, svg, pdf (default html,png)")
+    add_out(parser, "the folder to write into (created if missing)", required=True, metavar="DIR")
+    parser.add_argument("--file-types", default=None, metavar="TYPES",
+                        help="comma-separated: html, png, svg, pdf (default html,png)")
     parser.add_argument("--scale", type=float, default=2.0, help="pixel density of PNGs (default 2: print quality)")
-    parser.add_argument("--json", action="store_true", help="print the files written as JSON")
+    # --format: how the list of files written is printed; a list of file types there is the old spelling of --file-types
+    parser.add_argument("--format", default="table", metavar="{table,json}",
+                        help="how to print the files written: table or json (default table)")
+    parser.add_argument("--json", dest="format", action="store_const", const="json", help="same as --format json")
     parser.set_defaults(func=run)
 
 
@@ -37,7 +43,14 @@ def run(args: argparse.Namespace) -> int:
 
     read_manifest(args.dir)
 
-    formats = parse_formats(args.format)
+    file_types = args.file_types
+    if args.format not in FORMATS:  # `--format html,png`: how plots spelled --file-types before
+        if file_types is not None:
+            raise UserError(f"--format: expected one of {', '.join(FORMATS)} (got {args.format!r})")
+        sys.stderr.write(f"warning: --format {args.format} is read as --file-types {args.format} (its old spelling)\n")
+        file_types, args.format = args.format, "table"
+    as_json = args.format == "json"
+    formats = parse_formats(file_types or "html,png")
     if not 0.25 <= args.scale <= 8:
         raise UserError(f"--scale: must be between 0.25 and 8 (got {args.scale})")
     if any(f in STATIC_FORMATS for f in formats):
@@ -48,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
     data = load_sweep(args.dir)
     paths = write_plots(data, out, formats, scale=args.scale)
-    if args.json:
+    if as_json:
         print(json.dumps({"out": str(out), "files": [str(p) for p in paths]}, indent=2))
     else:
         print(f"wrote {len(paths)} files to {out} (open {out / 'index.html'})")

@@ -13,6 +13,8 @@ import json
 import re
 from typing import Any
 
+from sweeper.cliargs import add_format
+
 # `--shifts -3..3`: argparse reads an argument that starts with '-' as an option unless it looks
 # like a negative number; teach this command's parser that a negative range is a value.
 _NEGATIVE_VALUE = re.compile(r"^-\d+(\.\.-?\d+)?$|^-\d+(,-?\d+)+$|^-\d*\.\d+$")
@@ -51,7 +53,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--duplicates", choices=("min", "mean", "error"), default="min",
                         help="several runs of one group at one learning rate: keep the lowest loss (min, the "
                              "default), average them (mean), or refuse the table (error)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_format(parser)
     parser.set_defaults(func=run)
 
 

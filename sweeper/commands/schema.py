@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from sweeper.cliargs import add_out
 from sweeper.errors import UserError
 
 
@@ -18,7 +19,7 @@ def register(subparsers: Any) -> None:
             "put `# yaml-language-server: $schema=sweep.schema.json` at the top of a sweep file."
         ),
     )
-    parser.add_argument("-o", "--output", help="write to this file instead of standard output")
+    add_out(parser, "write to this file instead of standard output", aliases=("-o", "--output"), metavar="FILE")
     parser.set_defaults(func=run)
 
 
@@ -27,12 +28,12 @@ def run(args: argparse.Namespace) -> int:
     from sweeper.spec.schema import json_schema
 
     text = json.dumps(json_schema(), indent=2, sort_keys=False)
-    if args.output:
+    if args.out:
         try:
-            with open(args.output, "w") as fh:
+            with open(args.out, "w") as fh:
                 fh.write(text + "\n")
         except OSError as exc:
-            raise UserError(f"{args.output}: cannot write ({exc.strerror or exc})") from None
+            raise UserError(f"{args.out}: cannot write ({exc.strerror or exc})") from None
     else:
         print(text)
     return 0

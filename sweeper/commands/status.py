@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sweeper.cliargs import add_format
 from sweeper.errors import UserError
 
 
@@ -15,10 +16,11 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "status",
         help="show a sweep's cells (running or finished), or rebuild its store with --repair",
-        description="Show every cell of a sweep: status, points done/running/diverged, best and interpolated LR.",
+        description=("Show every cell of a sweep: status, points done/running/diverged/stalled, best and interpolated "
+                     "LR, and the data's unigram entropy (the loss a stalled point did not beat) from the manifest."),
     )
     parser.add_argument("dir", help="the sweep directory")
-    parser.add_argument("--json", action="store_true", help="print the cells as JSON")
+    add_format(parser)
     parser.add_argument("--watch", type=float, metavar="SECONDS", help="refresh every SECONDS until interrupted")
     parser.add_argument("--repair", action="store_true",
                         help="rebuild the results store from the ledger (the old store is moved aside, not deleted)")
@@ -60,9 +62,13 @@ def run(args: argparse.Namespace) -> int:
             except KeyboardInterrupt:
                 return 0
     if args.json:
-        rows = load_cells(args.dir).to_dicts()
-        print(json.dumps({"name": manifest.get("name"), "simulated": bool(manifest.get("simulated")), "cells": rows},
-                         indent=2, default=str))
+        from sweeper.records.results import cell_rows  # the same fields as `sweeper optima --json`
+
+        rows = cell_rows(args.dir)
+        print(json.dumps({"name": manifest.get("name"), "dir": str(args.dir),
+                          "simulated": bool(manifest.get("simulated")),
+                          "unigram_entropy": manifest.get("unigram_entropy"), "stall_margin": manifest.get("stall_margin"),
+                          "cells": rows}, indent=2, default=str))
         return 0
     console.print(_render(args.dir, manifest))
     return 0
@@ -75,7 +81,7 @@ def _render(sweep_dir: str, manifest: dict[str, Any]) -> Any:
 
     from sweeper.records.results import freshness, progress
     from sweeper.records.store import load_cells
-    from sweeper.records.table import cells_table, counts_line, status_counts
+    from sweeper.records.table import cells_table, counts_line, status_counts, unigram_line
 
     rows = load_cells(sweep_dir).to_dicts()
     age = freshness(sweep_dir)
@@ -87,8 +93,12 @@ def _render(sweep_dir: str, manifest: dict[str, Any]) -> Any:
         tail = f" · last launch: wall {last['wall_seconds']:.0f} s, training {last.get('train_seconds', 0):.0f} s summed"
     from sweeper.records.store import simulated_label
 
-    head = Text(f"{manifest.get('name')}: {counts_line(status_counts(rows))} · {when}{tail}", style="bold")
+    head = Text(f"{manifest.get('name')} ({sweep_dir}): {counts_line(status_counts(rows))} · {when}{tail}", style="bold")
     label = simulated_label(manifest)
     if label:
         head.append(f"\n{label}", style="bold yellow")
-    return Group(head, cells_table(rows, progress=progress(sweep_dir)))
+    parts: list[Any] = [head]
+    data = unigram_line(manifest)
+    if data:
+        parts.append(Text(data, style="dim"))
+    return Group(*parts, cells_table(rows, progress=progress(sweep_dir)))

@@ -4,7 +4,10 @@
 
 The learning rates are trained side by side as one stacked model (same initial weights, same
 batches), with a live progress bar (per-LR training loss, tokens/s, ETA), then a table of final
-evaluation losses and outcomes. Defaults suit the built-in corpus (the interpreter's stdlib
+evaluation losses (± their standard error over the eval batches) and outcomes: `ok`, `diverged`,
+or `stalled` when the final loss is not `divergence.stall_margin` nats below the loss of predicting
+every token by its training frequency on the same eval batches (the header shows it, and the data's
+unigram entropy). Defaults suit the built-in corpus (the interpreter's stdlib
 sources, byte-level, vocab 256): sequences of 128 tokens, 8 per step, 200 steps, warmup 5% then
 cosine to 10%, AdamW (0.9, 0.95), weight decay 0.1, clipping 1.0, evaluation every 50 steps on
 4 held-out batches. Anything else: `--data KEY=VALUE`, `--train KEY=VALUE`, `--model KEY=VALUE`,
@@ -23,11 +26,13 @@ import sys
 import time
 from typing import Any
 
+from sweeper.cliargs import add_format, add_overrides
 from sweeper.errors import UserError
 
 DEFAULT_STEPS = 200
 DEFAULT_SEQ_LEN = 128
 DEFAULT_BATCH = 8
+OVERRIDE_SECTIONS = ("train", "model", "data", "divergence")
 
 
 def register(subparsers: Any) -> None:
@@ -37,6 +42,7 @@ def register(subparsers: Any) -> None:
         description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_overrides(p)  # SECTION.KEY=VALUE: the same syntax as launch's, for train., model., data., divergence.
     p.add_argument("--method", required=True, help="normalization scheme (see `sweeper models`)")
     p.add_argument("--depth", required=True, type=int, help="number of blocks L")
     p.add_argument("--width", type=int, default=64, help="model width d (default 64)")
@@ -47,7 +53,7 @@ def register(subparsers: Any) -> None:
     budget.add_argument("--tokens", type=int, help="training tokens per learning rate")
     budget.add_argument("--tokens-per-param", type=float, help="training tokens per parameter (80 = 4x Chinchilla)")
     p.add_argument("--seq-len", type=int, default=DEFAULT_SEQ_LEN, help=f"tokens per sequence (default {DEFAULT_SEQ_LEN})")
-    p.add_argument("--batch", type=int, default=DEFAULT_BATCH, help=f"sequences per step (default {DEFAULT_BATCH})")
+    p.add_argument("--batch-size", "--batch", dest="batch", type=int, default=DEFAULT_BATCH, help=f"sequences per step (default {DEFAULT_BATCH})")
     p.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",
                    help="data setting, e.g. source=jsonl, path=corpus.jsonl, tokenizer=tok.json (default: the built-in corpus);"
                         " a bare word is the source")
@@ -58,8 +64,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--checkpoint-dir", help="checkpoint here and resume from here")
-    p.add_argument("--export-dir", help="write each LR's final weights here (<i>/model.safetensors + config.json)")
-    p.add_argument("--json", action="store_true", help="print the results as JSON (no progress bar)")
+    p.add_argument("--out", "--export-dir", dest="export_dir", metavar="DIR",
+                   help="write each LR's final weights here (<i>/model.safetensors + config.json)")
+    add_format(p)
     p.set_defaults(func=run)
 
 
@@ -117,12 +124,18 @@ def build_configs(args: argparse.Namespace) -> tuple[dict[str, Any], Any, Any, A
     from models.registry import scheme_names
     from trials.config import DataConfig, DivergenceConfig, TrainConfig
 
+    for override in getattr(args, "overrides", []):  # `train.eval_every=20` is `--train eval_every=20`
+        section, dot, rest = override.partition(".")
+        if not dot or section not in OVERRIDE_SECTIONS or "=" not in rest:
+            raise UserError(f"override {override!r}: expected SECTION.KEY=VALUE with SECTION one of "
+                            f"{', '.join(OVERRIDE_SECTIONS)} (e.g. train.eval_every=20)")
+        getattr(args, section).append(rest)
     names = scheme_names()
     if args.method not in names:
         near = difflib.get_close_matches(args.method, names, n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
         raise UserError(f"--method {args.method!r}: unknown scheme{hint} (available: {', '.join(names)})")
-    for flag, value in (("--depth", args.depth), ("--width", args.width), ("--seq-len", args.seq_len), ("--batch", args.batch)):
+    for flag, value in (("--depth", args.depth), ("--width", args.width), ("--seq-len", args.seq_len), ("--batch-size", args.batch)):
         if value < 1:
             raise UserError(f"{flag} {value}: must be >= 1")
     bad = [lr for lr in args.lr if not (math.isfinite(lr) and lr > 0)]
@@ -206,14 +219,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace, spec: Any, source: Any) -> int:
-    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
     from rich.table import Table
+    from rich.text import Text
 
+    from sweeper.records.table import make_console
     from trials.errors import TrialInputError
     from trials.train import Trial
 
-    console = Console(stderr=args.json)
+    console = make_console(stderr=args.json)
     stop = {"requested": False}
 
     def on_sigint(signum: int, frame: Any) -> None:
@@ -236,9 +250,13 @@ def _train(args: argparse.Namespace, spec: Any, source: Any) -> int:
         )
         if not args.json:
             console.print(header)
-            console.print(f"data: {source.description} [dim]{source.fingerprint}[/dim]")
+            console.print(Text.assemble(f"data: {source.description} ", (source.fingerprint, "dim")))
+            if trial.unigram is not None:
+                console.print(f"{trial.unigram.describe()}; a run is stalled unless its final eval loss is "
+                              f"{spec.divergence.stall_margin:g} nats (divergence.stall_margin) below "
+                              f"{trial.unigram_loss:.4f}, the frequency-only loss on the eval batches")
         progress = Progress(
-            TextColumn("[bold]step"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[losses]}"),
+            TextColumn("step", style="bold"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[losses]}"),
             TextColumn("{task.fields[speed]}"), TextColumn("ETA"), TimeRemainingColumn(), TimeElapsedColumn(),
             console=console, disable=args.json, transient=False,
         )
@@ -270,7 +288,9 @@ def _train(args: argparse.Namespace, spec: Any, source: Any) -> int:
 
     if args.json:
         doc = {
-            "spec": spec.to_dict(), "results": [r.to_dict() for r in results], "wall_seconds": wall,
+            "spec": spec.to_dict(), "results": [r.to_dict() for r in results],
+            "unigram_entropy": trial.unigram.to_dict() if trial.unigram is not None else None,
+            "unigram_loss": trial.unigram_loss, "wall_seconds": wall,
             "train_seconds": seconds, "tokens_per_second": tokens_per_s, "stopped": trial.stopped,
         }
         print(json.dumps(doc, indent=2))
@@ -280,17 +300,18 @@ def _train(args: argparse.Namespace, spec: Any, source: Any) -> int:
     for col, justify in (("lr", "right"), ("outcome", "left"), ("final eval loss", "right"), ("init loss", "right"),
                          ("steps", "right"), ("note", "left")):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
-    best = min((r.loss for r in results if r.loss is not None), default=None)
+    best = min((r.loss for r in results if r.loss is not None and r.outcome == "ok"), default=None)
     for r in results:
-        style = {"ok": "green", "diverged": "red", "failed": "yellow"}[r.outcome]
-        loss = _fmt_loss(r.loss) + (" *" if r.loss is not None and r.loss == best and len(results) > 1 else "")
-        table.add_row(f"{r.lr:.4g}", f"[{style}]{r.outcome}[/{style}]", loss, _fmt_loss(r.init_loss), str(r.steps),
+        style = {"ok": "green", "diverged": "red", "stalled": "magenta", "failed": "yellow"}[r.outcome]
+        loss = _fmt_loss(r.loss) + (f" ± {r.loss_se:.4f}" if r.loss is not None and r.loss_se is not None else "")
+        loss += " *" if r.outcome == "ok" and r.loss == best and len(results) > 1 else ""
+        table.add_row(f"{r.lr:.4g}", Text(r.outcome, style=style), loss, _fmt_loss(r.init_loss), str(r.steps),
                       r.reason or "")
     console.print(table)
-    console.print(
+    console.print(Text.assemble(
         f"{trial.step} steps, {trial.step * trial.tokens_per_step:,} tokens per LR in {seconds:.1f} s of training "
-        f"({tokens_per_s:,.0f} tokens/s), {wall:.1f} s wall" + ("  [yellow](stopped; rerun to resume)[/yellow]" if trial.stopped else "")
-    )
+        f"({tokens_per_s:,.0f} tokens/s), {wall:.1f} s wall", ("  (stopped; rerun to resume)" if trial.stopped else "", "yellow")
+    ))
     return 130 if trial.stopped else 0
 
 

@@ -1,12 +1,19 @@
-"""`sweeper validate FILE`: check a sweep file without running or writing anything."""
+"""`sweeper validate FILE [KEY=VALUE ...]`: check a sweep file without running or writing anything.
+
+It runs every check `sweeper launch` makes before it trains: the schema (every problem at once, each
+as FILE:LINE: field: problem), then the planner that `launch` and `launch --dry-run` use (every cell's
+model, counted), so that a file that validates is never refused by launch's planning.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
+from sweeper.cliargs import add_format, add_overrides
 from sweeper.records.ids import size_labels
 from sweeper.search.bracketing import initial_grid
 
@@ -18,7 +25,8 @@ def register(subparsers: Any) -> None:
         description="Check a sweep YAML file. Prints one line per problem and exits 2 if there are any.",
     )
     parser.add_argument("file", help="the sweep YAML file")
-    parser.add_argument("--json", action="store_true", help="print the normalised sweep as JSON")
+    add_overrides(parser)
+    add_format(parser)
     parser.set_defaults(func=run)
 
 
@@ -26,8 +34,11 @@ def run(args: argparse.Namespace) -> int:
     # Here, not at the top: the CLI imports every command module when it starts (`sweeper validate`'s speed).
     from sweeper.spec.schema import load_sweep  # pydantic
 
-    validated = load_sweep(args.file)
+    validated = load_sweep(args.file, overrides=args.overrides)
     cfg = validated.config
+    from sweeper.search.planner import build_plan  # the planner launch uses (models' counting): once the file is valid
+
+    build_plan(cfg, source=Path(args.file))
     for warning in validated.warnings:
         sys.stderr.write(f"warning: {warning}\n")
     sizes = size_labels(depths=cfg.model.depths, loops=cfg.model.loops, sizes=[s.name for s in cfg.model.sizes or []])
@@ -35,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         doc: dict[str, Any] = {"ok": True, "cells": cells, "sizes": sizes, "config": cfg.model_dump(mode="json")}
         doc["warnings"] = validated.warnings
+        doc["overrides"] = validated.overrides
         print(json.dumps(doc, indent=2))
         return 0
     print(

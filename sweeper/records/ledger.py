@@ -13,7 +13,9 @@ Mapping
   `started_at` (once it runs) and `metrics` (every final number: `PointRow.metrics()`);
   intermediate values = eval losses;
 - states: RUNNING = queued or running (see the `state` attr), COMPLETE = ok (value = the
-  objective), PRUNED = diverged, FAIL = failed (attr `reason`). A point retried after a
+  objective), PRUNED = diverged, or stalled when the `state` attr says so (like a diverged
+  point, a stalled one is no optimum; its attr `reason` says it learned nothing beyond token
+  frequencies, and its metrics keep its loss), FAIL = failed (attr `reason`). A point retried after a
   failure gets a new entry; the newest entry of a point_id is the point.
 
 `Ledger` is the contract the driver writes through (one commit per call); `OptunaLedger`
@@ -175,13 +177,14 @@ class OptunaLedger:
             self.storage.set_trial_intermediate_value(entry, step, value)
 
     def finish(self, entry: int, row: PointRow) -> None:
-        """Record a finished point: ok → COMPLETE(objective), diverged → PRUNED, failed → FAIL."""
+        """Record a finished point: ok → COMPLETE(objective), diverged and stalled → PRUNED (the
+        `state` attr tells them apart), failed → FAIL."""
         metrics = row.metrics()
         extra = {"reason": metrics["reason"]} if metrics.get("reason") else {}
         self._update(entry, state=row.state.value, metrics=metrics, **extra)
         if row.state is PointState.OK and row.objective is not None:
             self.storage.set_trial_state_values(entry, TrialState.COMPLETE, [float(row.objective)])
-        elif row.state is PointState.DIVERGED:
+        elif row.state.counts_as_diverged:
             self.storage.set_trial_state_values(entry, TrialState.PRUNED)
         else:
             self.storage.set_trial_state_values(entry, TrialState.FAIL)
@@ -204,6 +207,8 @@ class OptunaLedger:
                 if t.state == TrialState.RUNNING:
                     recorded = t.user_attrs.get("state")
                     state = PointState(recorded) if recorded in ACTIVE_STATES else PointState.RUNNING
+                elif t.state == TrialState.PRUNED and t.user_attrs.get("state") == PointState.STALLED.value:
+                    state = PointState.STALLED
                 elif t.state in _STATE_OF:
                     state = _STATE_OF[t.state]
                 else:

@@ -3,7 +3,9 @@
 Used by `sweeper status`, `sweeper optima` (and anything else that wants per-cell
 optima): the stored rows go through the fold every reader shares (`sweeper.records.fold`),
 and the grid best and interpolated optimum come from `sweeper.search.bracketing`, from the
-points as stored, so every reader agrees with the driver.
+points as stored, so every reader agrees with the driver. The best loss comes with its
+standard error over the eval batches, and a bracket whose best point and a neighbour differ by
+less than 2 SEs of their difference is flagged (`sweeper.records.noise`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import polars as pl
 
 from sweeper.records.fold import current_points
 from sweeper.records.ids import CellId
+from sweeper.records.noise import NOISE_SES, closest_neighbour
 from sweeper.records.rows import PointRow, cell_order
 from sweeper.records.states import PointState
 from sweeper.records.store import load_cells, load_points, read_manifest
@@ -38,6 +41,7 @@ def optima(sweep_dir: str | Path) -> list[dict[str, Any]]:
         best = min(ok, key=lambda g: (g.objective, g.lr)) if ok else None
         best_row = next((p for p in pts if best is not None and p.lr == best.lr), None)
         interp = interpolate_optimum(grid)
+        gap = closest_neighbour(pts, best_row) if best_row is not None else None
         parsed = CellId.parse(cid)
         row = {
             "cell_id": cid,
@@ -49,16 +53,39 @@ def optima(sweep_dir: str | Path) -> list[dict[str, Any]]:
             "status": info.get("status") or ("running" if pts else "pending"),
             "best_lr": best.lr if best else None,
             "best_loss": best_row.loss if best_row else None,
+            "best_loss_se": best_row.loss_se if best_row else None,
+            # the best point against its nearest ok neighbour (in SEs of their difference)
+            "neighbour_lr": gap.neighbour_lr if gap else None,
+            "neighbour_gap": gap.difference if gap else None,
+            "neighbour_gap_se": gap.se if gap else None,
+            "neighbour_gap_paired": gap.paired if gap else None,
+            "within_noise": gap.within_noise if gap else None,
             "best_objective": best.objective if best else None,
             "interp_lr": interp[0] if interp else None,
             "interp_objective": interp[1] if interp else None,
             "n_points": sum(p.state.is_finished for p in pts),
             "n_diverged": sum(p.state is PointState.DIVERGED for p in pts),
+            "n_stalled": sum(p.state is PointState.STALLED for p in pts),
             "n_failed": sum(p.state is PointState.FAILED for p in pts),
             "n_running": sum(p.state.is_active for p in pts),
         }
         rows.append((cell_order({**row, "loops": info.get("loops")}), row))
     return [row for _, row in sorted(rows, key=lambda item: item[0])]
+
+
+def noise_note() -> str:
+    return (f"within noise: the best point and a neighbour differ by less than {NOISE_SES:g} standard errors of "
+            "their difference (paired over the same eval batches): the optimum is uncertain by a grid step")
+
+
+def cell_rows(sweep_dir: str | Path) -> list[dict[str, Any]]:
+    """The cells as the driver last wrote them, with the fields `optima` adds (best_loss, n_failed, ...)
+    under the same names: what `sweeper status --json` prints and `sweeper.open(DIR).cells()` returns."""
+    rows = load_cells(sweep_dir).to_dicts()
+    by_id = {row["cell_id"]: row for row in optima(sweep_dir)}
+    for row in rows:
+        row.update({k: v for k, v in by_id.get(row["cell_id"], {}).items() if k not in row})
+    return rows
 
 
 def points_per_bracketed_cell(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ only (no polars: the store maps the column types).
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -152,15 +153,16 @@ class PointRow:
 
     cell: CellFacts
     lr: float = column("float", "the learning rate (6 significant digits)")
-    state: PointState = column("str", "queued | running | ok | diverged | failed (sweeper.records.states.PointState)",
-                               default=PointState.QUEUED)
+    state: PointState = column("str", "queued | running | ok | diverged | stalled | failed "
+                                      "(sweeper.records.states.PointState)", default=PointState.QUEUED)
     objective: float | None = column("float", "what bracketing minimises (final eval loss, or error rate); null "
                                               "unless ok", default=None)
-    loss: float | None = column("float", "final evaluation loss; null unless ok", default=None)
+    loss: float | None = column("float", "final evaluation loss; null unless ok or stalled", default=None)
+    loss_se: float | None = column("float", "standard error of `loss`: of the mean over the eval batches", default=None)
     accuracy: float | None = column("float", "top-1 accuracy (ViT), else null", default=None)
     init_loss: float | None = column("float", "loss at initialisation (for LR sensitivity)", default=None)
     diverged_step: int | None = column("int", "the step at which the divergence rules stopped it", default=None)
-    reason: str | None = column("str", "why it diverged or failed", default=None)
+    reason: str | None = column("str", "why it diverged, stalled or failed", default=None)
     steps: int = column("int", "steps trained so far / in total", default=0)
     tokens: int = column("int", "tokens trained so far / in total", default=0)
     train_seconds: float = column("float", "training time of its Tune trial so far", default=0.0)
@@ -170,6 +172,11 @@ class PointRow:
     started_at: float | None = column("float", "unix seconds", default=None)
     finished_at: float | None = column("float", "unix seconds", default=None)
     corpus: str | None = column("str", "data fingerprint", default=None)
+    unigram_loss: float | None = column("float", "the loss of predicting by training token (class) frequencies on the "
+                                                 "eval batches: what a stalled point did not beat", default=None)
+    loss_batches: str | None = column("str", "the final evaluation's mean loss per eval batch, a JSON list (the "
+                                             "same batches for every point of a sweep: differences pair up)",
+                                      default=None)
     point_id: str = field(init=False, compare=False)  # <cell id>/lr=<lr> (sweeper.records.ids.PointId)
 
     def __post_init__(self) -> None:
@@ -179,7 +186,8 @@ class PointRow:
         set_ = object.__setattr__
         set_(self, "lr", canonical(lr))
         set_(self, "state", PointState(self.state))
-        for name in ("objective", "loss", "accuracy", "init_loss", "started_at", "finished_at"):
+        for name in ("objective", "loss", "loss_se", "accuracy", "init_loss", "started_at", "finished_at",
+                     "unigram_loss"):
             set_(self, name, finite(getattr(self, name)))
         set_(self, "train_seconds", finite(self.train_seconds) or 0.0)
         set_(self, "steps", _int(self.steps) or 0)
@@ -204,13 +212,18 @@ class PointRow:
     def grid_point(self) -> GridPoint:
         return GridPoint(self.lr, self.state, self.objective)
 
+    def batch_losses(self) -> list[float] | None:
+        """The final evaluation's per-batch mean losses (None when not recorded)."""
+        return decode_batches(self.loss_batches)
+
     def metrics(self) -> dict[str, Any]:
         """The ledger entry's `metrics` attribute (every final number of the point)."""
         return {
             "objective": self.objective, "loss": self.loss, "accuracy": self.accuracy, "init_loss": self.init_loss,
             "diverged_step": self.diverged_step, "reason": self.reason, "steps": self.steps, "tokens": self.tokens,
             "train_seconds": self.train_seconds, "started_at": self.started_at, "finished_at": self.finished_at,
-            "corpus": self.corpus, "lr": self.lr, "attempt": self.attempt,
+            "corpus": self.corpus, "lr": self.lr, "attempt": self.attempt, "loss_se": self.loss_se,
+            "unigram_loss": self.unigram_loss, "loss_batches": self.loss_batches,
         }
 
     @classmethod
@@ -228,6 +241,8 @@ class PointRow:
             diverged_step=metrics.get("diverged_step"), reason=metrics.get("reason"), steps=metrics.get("steps") or 0,
             tokens=metrics.get("tokens") or 0, train_seconds=metrics.get("train_seconds") or 0.0,
             started_at=metrics.get("started_at"), finished_at=metrics.get("finished_at"), corpus=metrics.get("corpus"),
+            loss_se=metrics.get("loss_se"), unigram_loss=metrics.get("unigram_loss"),
+            loss_batches=metrics.get("loss_batches"),
         )
 
     def columns(self) -> dict[str, Any]:
@@ -258,11 +273,12 @@ class CellRow:
     """A cell's status and optimum, as the store's `cells` table holds it."""
 
     cell: CellFacts
-    status: CellStatus = column("str", "pending | running | bracketed | edge | diverged | failed "
+    status: CellStatus = column("str", "pending | running | bracketed | edge | diverged | stalled | failed "
                                        "(sweeper.records.states.CellStatus)", default=CellStatus.PENDING)
     n_points: int = column("int", "finished points", default=0)
     n_running: int = column("int", "points a Tune trial holds", default=0)
     n_diverged: int = column("int", "diverged points", default=0)
+    n_stalled: int = column("int", "stalled points (learned nothing beyond token frequencies)", default=0)
     best_lr: float | None = column("float", "the grid best", default=None)
     best_objective: float | None = column("float", "the grid best's objective", default=None)
     interp_lr: float | None = column("float", "the vertex of the parabola in log LR through the best point and its "
@@ -285,6 +301,7 @@ class CellRow:
             cell=cell, status=cell_status(decision, points), n_points=sum(p.state.is_finished for p in points),
             n_running=sum(p.assigned for p in points),
             n_diverged=sum(p.state is PointState.DIVERGED for p in points),
+            n_stalled=sum(p.state is PointState.STALLED for p in points),
             best_lr=best.lr if best else None, best_objective=best.objective if best else None,
             interp_lr=decision.interp_lr if decision else None,
             interp_objective=decision.interp_objective if decision else None, updated_at=now,
@@ -301,6 +318,27 @@ class CellRow:
 
 
 CELL_COLUMNS: tuple[Column, ...] = (*_columns(CellFacts, cells_only=True), *_columns(CellRow))
+
+
+def encode_batches(values: Iterable[float] | None) -> str | None:
+    """Per-batch losses as the store keeps them: a JSON list, 7 significant digits (far below any SE)."""
+    if values is None:
+        return None
+    out = [finite(v) for v in values]
+    return json.dumps([float(f"{v:.7g}") if v is not None else None for v in out], separators=(",", ":"))
+
+
+def decode_batches(text: str | None) -> list[float] | None:
+    if not text:
+        return None
+    try:
+        values = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(values, list):
+        return None
+    out = [finite(v) for v in values]
+    return None if any(v is None for v in out) else out  # type: ignore[return-value]
 
 
 def cell_status(decision: CellDecision | None, points: Iterable[PointRow]) -> CellStatus:
@@ -336,6 +374,7 @@ CURVE_COLUMNS: tuple[Column, ...] = (
     Column("tokens", "int", "training tokens seen"),
     Column("train_loss", "float", "mean training loss since the last report"),
     Column("eval_loss", "float", "null on steps without evaluation"),
+    Column("eval_loss_se", "float", "standard error of eval_loss over the eval batches"),
     Column("time", "float", "unix seconds (the driver's clock)"),
 )
 
@@ -350,9 +389,11 @@ class CurvePoint:
     train_loss: float | None
     eval_loss: float | None
     time: float
+    eval_loss_se: float | None = None
 
     def columns(self) -> dict[str, Any]:
         p = self.point
         return {"point_id": p.point_id, "cell_id": p.cell.cell_id, "method": p.cell.method, "size": p.cell.size,
                 "seed": p.cell.seed, "lr": p.lr, "attempt": p.attempt, "step": self.step, "tokens": self.tokens,
-                "train_loss": finite(self.train_loss), "eval_loss": finite(self.eval_loss), "time": self.time}
+                "train_loss": finite(self.train_loss), "eval_loss": finite(self.eval_loss),
+                "eval_loss_se": finite(self.eval_loss_se), "time": self.time}

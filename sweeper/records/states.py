@@ -2,13 +2,16 @@
 
 A *point* is one learning rate of a cell. It is `queued` (waiting for, or assigned to, a Tune
 trial that has not started it), `running`, or finished: `ok` (a final evaluation), `diverged`
-(the divergence rules stopped it: it counts as worse than any finite result) or `failed` (a
-crash: it carries no information about the loss). `PointState` answers those questions, so
-a new state (a `stalled` point that counts like a diverged one, say) is one member here plus
-the rules that treat it differently.
+(the divergence rules stopped it: it counts as worse than any finite result), `stalled` (it
+trained to the end, but its final evaluation loss is not `divergence.stall_margin` below the
+loss of predicting by token frequencies: it learned nothing else, and counts like a diverged
+point, although its loss is kept) or `failed` (a crash: it carries no information about the
+loss). `PointState` answers those questions.
 
 A *cell*'s status is what bracketing decided (`sweeper.search.bracketing.decide`), or
-`pending`/`running` before that.
+`pending`/`running` before that. A cell whose every informative point diverged or stalled ends
+`diverged` (all diverged) or `stalled` (at least one stalled): the method found no usable
+learning rate at that size (`CellStatus.learned_nothing`), which the figures mark as a failure.
 
 No imports beyond the standard library: every package of the sweeper reads these.
 """
@@ -25,6 +28,7 @@ class PointState(str, Enum):
     RUNNING = "running"
     OK = "ok"
     DIVERGED = "diverged"
+    STALLED = "stalled"
     FAILED = "failed"
 
     __str__ = str.__str__
@@ -42,8 +46,9 @@ class PointState(str, Enum):
 
     @property
     def counts_as_diverged(self) -> bool:
-        """Finished worse than any finite result: a neighbour that brackets an optimum."""
-        return self is PointState.DIVERGED
+        """Finished worse than any ok result (diverged, or stalled at the frequency-only loss): a
+        neighbour that brackets an optimum, never an optimum, never in a fit."""
+        return self in (PointState.DIVERGED, PointState.STALLED)
 
 
 class CellStatus(str, Enum):
@@ -54,6 +59,7 @@ class CellStatus(str, Enum):
     BRACKETED = "bracketed"  # the best ok point has a finished neighbour on each side
     EDGE = "edge"  # a bound or the point cap stopped the search before bracketing
     DIVERGED = "diverged"  # every informative point diverged, down to a bound or the cap
+    STALLED = "stalled"  # every informative point diverged or stalled (some stalled), down to a bound or the cap
     FAILED = "failed"  # every point crashed
 
     __str__ = str.__str__
@@ -62,6 +68,12 @@ class CellStatus(str, Enum):
     @property
     def is_done(self) -> bool:
         return self not in (CellStatus.PENDING, CellStatus.RUNNING)
+
+    @property
+    def learned_nothing(self) -> bool:
+        """Done without a usable learning rate: every informative point diverged or stalled (the
+        study's "fails at this depth"; a cell of crashes is `failed`, which says nothing about the method)."""
+        return self in (CellStatus.DIVERGED, CellStatus.STALLED)
 
 
 ACTIVE_STATES: tuple[PointState, ...] = tuple(s for s in PointState if s.is_active)

@@ -30,7 +30,9 @@ Versions. The manifest's `store_version` is the newest this reader understands
 null (`ADDED_COLUMNS`; any other missing or unknown column is damage). Version 2 added `loops` (the loop count of a loop-count sweep) and made `depth` always
 the number of blocks; version 1 stored a loop-count sweep's loop count in `depth`: such rows
 read as version 2 would write them, with the number of blocks unknown, and `sweeper launch`
-rebuilds such a store from the ledger before it appends to it.
+rebuilds such a store from the ledger before it appends to it. Version 3 added the point state
+`stalled` and the columns `loss_se`, `unigram_loss`, `loss_batches` (points), `n_stalled`
+(cells) and `eval_loss_se` (curves); a version-2 store reads them as null and is continued as it is.
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ from sweeper.errors import UserError
 from sweeper.records.durable import write_parquet_atomic
 from sweeper.records.rows import CELL_COLUMNS, CURVE_COLUMNS, POINT_COLUMNS, CellRow, Column, PointRow
 
-STORE_VERSION = 2  # 2: point and cell rows carry `loops`, and `depth` is always the number of blocks
+STORE_VERSION = 3  # 2: point and cell rows carry `loops`, and `depth` is always the number of blocks;
+#                   3: the `stalled` state, `loss_se`, `unigram_loss`, `loss_batches`, `n_stalled`, `eval_loss_se`
 MANIFEST = "manifest.json"
 LEDGER = "ledger.db"
 FITS = "fits.json"
@@ -149,7 +152,7 @@ def _write_frame(frame: pl.DataFrame, path: Path) -> None:
 # Columns added since version 1, by the version that added them: a chunk written before reads them
 # as null. Any other column missing, or a column the schema does not know, is a damaged chunk (the
 # footer that names the columns carries no checksum: a flipped bit there renames a column).
-ADDED_COLUMNS = {"loops": 2}
+ADDED_COLUMNS = {"loops": 2, "loss_se": 3, "unigram_loss": 3, "loss_batches": 3, "n_stalled": 3, "eval_loss_se": 3}
 
 
 def _columns(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:

@@ -20,6 +20,7 @@ STATUS_STYLE = {
     "bracketed": "green",
     "edge": "magenta",
     "diverged": "red",
+    "stalled": "bold magenta",
     "failed": "bold red",
 }
 
@@ -31,11 +32,11 @@ def fmt(value: Any, spec: str = ".4g") -> str:
 
 
 def cells_table(rows: Iterable[dict[str, Any]], *, progress: dict[str, str] | None = None, title: str | None = None) -> Table:
-    """One row per cell: status, points finished / running / diverged, grid best and interpolated optimum."""
+    """One row per cell: status, points finished / running / diverged / stalled, grid best and interpolated optimum."""
     table = Table(title=title, title_justify="left", header_style="bold", pad_edge=False)
     for name, justify in (("method", "left"), ("size", "left"), ("seed", "right"), ("status", "left"),
-                          ("done", "right"), ("run", "right"), ("div", "right"), ("best lr", "right"),
-                          ("best loss", "right"), ("interp lr", "right")):
+                          ("done", "right"), ("run", "right"), ("div", "right"), ("stall", "right"),
+                          ("best lr", "right"), ("best objective", "right"), ("interp lr", "right")):
         table.add_column(name, justify=justify, no_wrap=True)
     if progress is not None:
         table.add_column("progress", justify="left", no_wrap=True)
@@ -45,6 +46,7 @@ def cells_table(rows: Iterable[dict[str, Any]], *, progress: dict[str, str] | No
             str(row.get("method")), str(row.get("size")), str(row.get("seed")),
             Text(status, style=STATUS_STYLE.get(status, "")),
             str(row.get("n_points") or 0), str(row.get("n_running") or 0), str(row.get("n_diverged") or 0),
+            Text(str(row.get("n_stalled") or 0), style="magenta" if row.get("n_stalled") else ""),
             fmt(row.get("best_lr"), ".3g"), fmt(row.get("best_objective"), ".4f"), fmt(row.get("interp_lr"), ".3g"),
         ]
         if progress is not None:
@@ -63,12 +65,39 @@ def status_counts(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
 
 def counts_line(counts: dict[str, int]) -> str:
     order = [CellStatus.BRACKETED, CellStatus.RUNNING, CellStatus.PENDING, CellStatus.EDGE, CellStatus.DIVERGED,
-             CellStatus.FAILED]
+             CellStatus.STALLED, CellStatus.FAILED]
     parts = [f"{counts[s]} {s}" for s in order if counts.get(s)]
     return ", ".join(parts) if parts else "no cells"
 
 
-def make_console(*, stderr: bool = False) -> Console:
-    """A console that keeps tables readable when output goes to a file or a pipe."""
-    probe = Console(stderr=stderr)
-    return probe if probe.is_terminal else Console(stderr=stderr, width=160)
+def unigram_line(manifest: dict[str, Any]) -> str | None:
+    """The manifest's frequency-only loss of the data, and how it was obtained (None: not known yet)."""
+    u = manifest.get("unigram_entropy")
+    if not isinstance(u, dict) or u.get("nats") is None:
+        return None
+    kind = "class-frequency entropy (chance)" if u.get("kind") == "classes" else "unigram entropy"
+    unit = "training labels" if u.get("kind") == "classes" else "training tokens"
+    counted = u.get("counted")
+    how = (f"exact, {counted:,} {unit}" if u.get("exact") else f"estimated from the first {counted:,} {unit}") \
+        if isinstance(counted, int) else str(u.get("how") or "")
+    line = f"data: {kind} {float(u['nats']):.4f} nats ({how})"
+    margin = manifest.get("stall_margin")
+    if margin is not None:
+        line += f"; a point is stalled unless its final eval loss is {margin:g} nats below the frequency-only loss"
+    elif "stall_margin" in manifest:
+        line += "; stall rule off (divergence.stall_margin: null)"
+    return line
+
+
+def make_console(*, stderr: bool = False, width: int = 160) -> Console:
+    """The console every command prints through: `width` columns when output goes to a file or a
+    pipe (tables stay readable), and rich markup off, so that every string prints as written: a
+    warning about the `[hf]` extra, an interval `[0.1, 0.2]`, a name like `[bold]` keep their
+    brackets. Styles come from `style=` and `rich.text.Text` (`labelled`), never from markup."""
+    probe = Console(stderr=stderr, markup=False)
+    return probe if probe.is_terminal else Console(stderr=stderr, width=width, markup=False)
+
+
+def labelled(label: str, text: str, style: str = "yellow") -> Text:
+    """`label text` with the label styled (e.g. a yellow `warning:`); the text printed as written."""
+    return Text.assemble((label, style), " ", text)

@@ -12,8 +12,9 @@ Rules
   point's state does not allow is a bug and raises. A report about a point that is not the
   reporting trial's to train (finished already: a restored trial replaying steps; or re-queued
   since) changes nothing; its reason is counted in `ignored`.
-- A point is finished `ok` only by a final report (`done`), `diverged` as soon as a report says
-  so; a trial that ends otherwise fails its points, unless the sweep is stopping (Ctrl-C, a
+- A point is finished `ok` or `stalled` only by a final report (`done`; stalled: its final
+  evaluation loss is not `divergence.stall_margin` below the frequency-only loss, the trial
+  says so), `diverged` as soon as a report says so; a trial that ends otherwise fails its points, unless the sweep is stopping (Ctrl-C, a
   storage fault), when they stay active and the next launch resumes them.
 - A finished point is never assigned again (`--retry-failed` re-queues failed ones at load).
 - New learning rates come from `sweeper.search.bracketing.decide` only, first ones from
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from sweeper.records.ids import cell_of
-from sweeper.records.rows import CellRow, CurvePoint, PointRow, cell_status, finite
+from sweeper.records.rows import CellRow, CurvePoint, PointRow, cell_status, encode_batches, finite
 from sweeper.records.states import CellStatus, PointState
 from sweeper.search.bracketing import CellDecision, GridPoint, decide
 from sweeper.search.planner import Cell
@@ -41,18 +42,20 @@ class PointEvent(Enum):
     START = "start"  # the trial runs it
     DIVERGE = "diverge"
     COMPLETE = "complete"  # a final report: ok
+    STALL = "stall"  # a final report: trained to the end, learned nothing beyond token frequencies
     FAIL = "fail"
     REQUEUE = "requeue"  # its trial is gone: train it again from the start
     RETRY = "retry"  # --retry-failed at load
 
 
-_Q, _R, _OK, _DIV, _FAIL = (PointState.QUEUED, PointState.RUNNING, PointState.OK, PointState.DIVERGED,
-                            PointState.FAILED)
+_Q, _R, _OK, _DIV, _ST, _FAIL = (PointState.QUEUED, PointState.RUNNING, PointState.OK, PointState.DIVERGED,
+                                 PointState.STALLED, PointState.FAILED)
 TRANSITIONS: dict[tuple[PointState, PointEvent], PointState] = {
     (_Q, PointEvent.ASSIGN): _Q,
     (_Q, PointEvent.START): _R,
     (_Q, PointEvent.DIVERGE): _DIV, (_R, PointEvent.DIVERGE): _DIV,
     (_Q, PointEvent.COMPLETE): _OK, (_R, PointEvent.COMPLETE): _OK,
+    (_Q, PointEvent.STALL): _ST, (_R, PointEvent.STALL): _ST,
     (_Q, PointEvent.FAIL): _FAIL, (_R, PointEvent.FAIL): _FAIL,
     (_Q, PointEvent.REQUEUE): _Q, (_R, PointEvent.REQUEUE): _Q,
     (_FAIL, PointEvent.RETRY): _Q,
@@ -112,6 +115,7 @@ class CellBook:
         self.notes: list[str] = []  # notable events, for the live display
         self.ignored: Counter[str] = Counter()  # events that changed nothing, by reason
         self.decisions_changed = True  # a decision changed since the caller last looked
+        self.unigram: dict[str, object] | None = None  # the data's unigram entropy as the first final result gave it
 
     # -- loading --------------------------------------------------------------------------------
     def load(self, rows: Iterable[PointRow], *, holders: Mapping[str, str] | None = None, retry_failed: bool = False,
@@ -283,13 +287,14 @@ class CellBook:
                 changes.append(Change(row, LedgerOp.START, store=False))
             row = self._put(row.evolve(steps=report.step, tokens=report.tokens, train_seconds=report.train_seconds))
             train_loss, eval_loss = finite(member.train_loss), finite(member.eval_loss)
-            curve = CurvePoint(row, report.step, report.tokens, train_loss, eval_loss, now)
+            curve = CurvePoint(row, report.step, report.tokens, train_loss, eval_loss, now,
+                               eval_loss_se=finite(member.eval_loss_se))
             progress = became_running or eval_loss is not None
             step_report = (report.step, eval_loss) if eval_loss is not None else None
             if member.state == PointState.DIVERGED or report.done:
                 changes.append(Change(row, store=False, report=step_report, curve=curve))
-                outcome = PointEvent.DIVERGE if member.state == PointState.DIVERGED else (
-                    PointEvent.COMPLETE if member.state == PointState.OK else PointEvent.FAIL)
+                outcome = {PointState.DIVERGED: PointEvent.DIVERGE, PointState.OK: PointEvent.COMPLETE,
+                           PointState.STALLED: PointEvent.STALL}.get(PointState(member.state), PointEvent.FAIL)
                 changes.append(self._finish(row, outcome, member, finals.get(row.point_id), now))
                 touched.add(row.cell.cell_id)
             else:
@@ -380,12 +385,22 @@ class CellBook:
             numbers["steps"] = int(final.steps)
         if final is not None and final.tokens is not None:
             numbers["tokens"] = int(final.tokens)
-        loss = objective = None
-        if event is PointEvent.COMPLETE:
+        loss = objective = loss_se = None
+        if event in (PointEvent.COMPLETE, PointEvent.STALL):
             loss = finite(final.loss if final else (member.eval_loss if member else None))
-            objective = finite(final.objective if final else loss)
-            if objective is None:
-                event, reason = PointEvent.FAIL, "finished without a finite evaluation loss"
+            loss_se = finite(final.loss_se if final else (member.eval_loss_se if member else None))
+            if event is PointEvent.COMPLETE:
+                objective = finite(final.objective if final else loss)
+                if objective is None:
+                    event, reason = PointEvent.FAIL, "finished without a finite evaluation loss"
+                    loss = loss_se = None
+        if final is not None:
+            numbers["unigram_loss"] = final.unigram_loss
+            if self.unigram is None and final.unigram_entropy is not None:
+                self.unigram = {"nats": final.unigram_entropy, "counted": final.unigram_counted,
+                                "exact": final.unigram_exact, "kind": None, "fingerprint": final.corpus}
+            if loss is not None and final.loss_batches:
+                numbers["loss_batches"] = encode_batches(final.loss_batches)
         corpus = numbers["corpus"]
         if corpus and self.expected_corpus is None:
             self.expected_corpus = str(corpus)
@@ -393,8 +408,9 @@ class CellBook:
             event = PointEvent.FAIL
             reason = (f"data fingerprint {corpus} differs from the sweep's {self.expected_corpus}: "
                       "the corpus changed since the sweep started")
-            loss = objective = None
+            loss = objective = loss_se = None
+            numbers.pop("loss_batches", None)
             self.notes.append(f"{row.point_id}: {reason}")
         new = self._set(row, event, reason=reason, diverged_step=diverged_step, loss=loss, objective=objective,
-                        finished_at=now, **numbers)
+                        loss_se=loss_se, finished_at=now, **numbers)
         return Change(new, LedgerOp.FINISH)

@@ -11,7 +11,7 @@ from rich.live import Live
 from rich.text import Text
 
 from sweeper.records.states import PointState
-from sweeper.records.table import cells_table, counts_line, status_counts
+from sweeper.records.table import cells_table, counts_line, make_console, status_counts
 from sweeper.run.sweep_run import SweepRun
 
 REFRESH_SECONDS = 0.5
@@ -36,7 +36,7 @@ def cell_progress(sweep: SweepRun) -> dict[str, str]:
 class LiveDisplay:
     def __init__(self, sweep: SweepRun, console: Console | None = None) -> None:
         self.sweep = sweep
-        self.console = console or Console()
+        self.console = console or make_console()
         self.tty = self.console.is_terminal
         self._live: Live | None = None
         self._last = 0.0

@@ -39,8 +39,7 @@ from sweeper.run.simulation import GpuProbe, Simulation
 from sweeper.run.sweep_run import SweepRun
 from sweeper.run.tune_session import ENV_DEFAULTS, TuneSession
 from sweeper.search.planner import Plan
-from trials.data import check_vocab, open_source
-from trials.errors import TrialInputError
+from sweeper.tracking import Tracking, open_trackers
 
 RESUME_HINT = "every finished result is kept; run the same command again to resume once this is fixed"
 
@@ -82,22 +81,9 @@ class LaunchSummary:
         return out
 
 
-LOCAL_SOURCES = ("builtin", "text", "jsonl", "parquet", "tokens", "synthetic", "images", "builtin_images")
-
-
 def preflight_data(plan: Plan) -> str | None:
-    """Open a local corpus once in the driver: bad data (a too-small vocabulary, an empty folder)
-    fails here with one line instead of in every trial, and the corpus fingerprint is known up
-    front. Remote sources (`hf`) are left to the trials, which may be the only machines online."""
-    data = plan.cells[0].data if plan.cells else None
-    if data is None or data.source not in LOCAL_SOURCES:
-        return None
-    try:
-        source = open_source(data)
-        check_vocab(plan.vocab, source)
-    except TrialInputError as exc:
-        raise UserError(exc.message) from None
-    return source.fingerprint
+    """The corpus fingerprint of a local corpus (see `sweep_dir.preflight`)."""
+    return sweep_dir.preflight(plan)[0]
 
 
 def launch(plan: Plan, *, address: str | None = None, retry_failed: bool = False, console: Any = None,
@@ -112,15 +98,15 @@ def launch(plan: Plan, *, address: str | None = None, retry_failed: bool = False
     if old_manifest is not None and bool(old_manifest.get("simulated")) != (simulation is not None):
         kind = "simulated (sweeper launch --simulate)" if old_manifest.get("simulated") else "trained"
         raise UserError(f"{plan.sweep_dir}: holds {kind} results, which can never be mixed with "
-                        f"{'trained' if simulation is None else 'simulated'} ones; give another output (--output)")
-    corpus = simulation.corpus if simulation is not None else preflight_data(plan)
+                        f"{'trained' if simulation is None else 'simulated'} ones; give another output (--out)")
+    corpus, entropy = (simulation.corpus, None) if simulation is not None else sweep_dir.preflight(plan)
     sweep_dir.check_corpus(plan, old_manifest, corpus)
     for key, value in ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)
     plan.sweep_dir.mkdir(parents=True, exist_ok=True)
     lock = sweep_dir.hold_driver_lock(plan.sweep_dir)
     try:
-        return _launch_locked(plan, old_manifest, corpus, address=address, retry_failed=retry_failed,
+        return _launch_locked(plan, old_manifest, corpus, entropy, address=address, retry_failed=retry_failed,
                               console=console, started=started, simulation=simulation)
     except UserError:
         raise
@@ -132,10 +118,10 @@ def launch(plan: Plan, *, address: str | None = None, retry_failed: bool = False
         sweep_dir.release_driver_lock(lock)
 
 
-def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str | None, *, address: str | None,
-                   retry_failed: bool, console: Any, started: float,
-                   simulation: Simulation | None = None) -> LaunchSummary:
-    manifest, yaml_name = sweep_dir.prepare(plan, old_manifest, corpus)
+def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str | None,
+                   entropy: dict[str, Any] | None, *, address: str | None, retry_failed: bool, console: Any,
+                   started: float, simulation: Simulation | None = None) -> LaunchSummary:
+    manifest, yaml_name = sweep_dir.prepare(plan, old_manifest, corpus, entropy)
     if simulation is not None:
         manifest["simulated"] = simulation.manifest_entry()
         write_json_atomic(plan.sweep_dir / MANIFEST, manifest)
@@ -154,13 +140,16 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
     pool = simulation.surface.pool if simulation is not None else None
     session = TuneSession.open(plan, manifest, address, messages, pool=pool)
     probe = GpuProbe(float(pool.gpus)) if pool is not None else None
+    tracking = open_tracking(plan, messages.append)
     try:
         if simulation is not None:
             from trials.simulated import simulated_trainable  # only a simulation runs it
 
             session.use_trainable(simulated_trainable, simulation=simulation.payload(plan))
         sweep = SweepRun(plan, ledger, store, concurrency=session.concurrency, host_memory=_host_memory(),
-                         gpu_memory=int(pool.gpu_memory_gb * 2**30) if pool is not None else None)
+                         gpu_memory=int(pool.gpu_memory_gb * 2**30) if pool is not None else None, tracking=tracking)
+        if tracking is not None:
+            tracking.warn = sweep.messages.append  # later warnings go to the live display
         sweep.expected_corpus = manifest.get("corpus")
         sweep.other_cells = {row["cell_id"]: CellRow.from_columns(row) for row in load_cells(plan.sweep_dir).to_dicts()
                              if row["cell_id"] not in sweep.cells}
@@ -187,9 +176,13 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
             interrupted = session.run(sweep, hooks=hooks, on_new_run=new_tune_run)
     finally:
         session.close()
+        if tracking is not None:
+            tracking.close()
 
     if sweep.expected_corpus and manifest.get("corpus") != sweep.expected_corpus:
         manifest["corpus"] = sweep.expected_corpus
+    if manifest.get("unigram_entropy") is None and sweep.book.unigram is not None:  # a streamed source's estimate
+        manifest["unigram_entropy"] = sweep.book.unigram
     rows = [row.columns() for row in sweep.cell_rows() if row.cell.cell_id in sweep.cells]
     summary = LaunchSummary(
         sweep_dir=str(plan.sweep_dir), wall_seconds=time.time() - started, ray_start_seconds=session.ray_seconds,
@@ -210,6 +203,15 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
         raise StorageFault(f"the sweep stopped: {sweep.fault}; {RESUME_HINT}")
     write_json_atomic(plan.sweep_dir / MANIFEST, manifest)
     return summary
+
+
+def open_tracking(plan: Plan, warn: Any) -> Tracking | None:
+    """The experiment trackers the YAML's `tracking:` section names (None when it names none)."""
+    section = plan.config.tracking
+    if not section.names():
+        return None
+    trackers = open_trackers(section, plan.sweep_dir, plan.config.name, warn)
+    return Tracking(plan.config.name, trackers, {cell.cell_id: cell.compat for cell in plan.cells}, warn=warn)
 
 
 def _host_memory() -> int | None:

@@ -6,7 +6,9 @@ nothing it holds), the store's rows buffered and appended at most every `FLUSH_S
 (the store is derived: a relaunch re-derives what a kill lost, from the ledger). A failed
 store append keeps its rows for the next flush. Nothing else in the driver writes to the
 ledger or the store, so a backend (`sweeper.records.ledger.Ledger`, `sweeper.records.store.Store`)
-or a sink that watches every durable write plugs in here.
+plugs in here, and so do the experiment trackers (`sweeper.tracking.Tracking`): they are handed the
+rows of each flush once the store holds them, so a tracker never shows what the store lost, and a
+tracker that fails loses nothing of the ledger or the store.
 """
 
 from __future__ import annotations
@@ -20,14 +22,16 @@ from sweeper.records.rows import CellRow, PointRow
 from sweeper.records.store import Store
 from sweeper.run.book import Change, LedgerOp
 from sweeper.search.planner import Cell
+from sweeper.tracking.core import Tracking
 
 FLUSH_SECONDS = 1.0
 
 
 class Recorder:
     def __init__(self, ledger: Ledger, store: Store, cells: Mapping[str, Cell], *,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, tracking: Tracking | None = None) -> None:
         self.ledger = ledger
+        self.tracking = tracking
         self.store = store
         self.cells = cells
         self.clock = clock
@@ -74,6 +78,9 @@ class Recorder:
         now = self.clock()
         if not force and now - self._last_flush < FLUSH_SECONDS:
             return
+        rows: list[PointRow] = []
+        curves: list[dict[str, Any]] = []
+        cells: list[CellRow] = []
         if self._point_rows:
             rows, self._point_rows = self._point_rows, []
             try:
@@ -89,6 +96,9 @@ class Recorder:
                 self._curve_rows = curves + self._curve_rows
                 raise
         if self.cells_dirty:
-            self.store.write_cells(cell_rows())
+            cells = cell_rows()
+            self.store.write_cells(cells)
             self.cells_dirty = False
         self._last_flush = now
+        if self.tracking is not None:
+            self.tracking.record(rows, curves, cells)

@@ -1,7 +1,9 @@
 """The sweep directory as a launch finds and leaves it: the checks before anything is written,
 the manifest, the copies of the YAML, the lock, and the store opened (or rebuilt) for writing.
 
-Layout: see `sweeper.records.store`. Checks first (`check_output_dir`, `check_corpus`): a
+Layout: see `sweeper.records.store`. The manifest also keeps the data's unigram entropy (the
+loss of predicting by token frequencies, what a `stalled` point did not beat; exact for local data,
+an estimate from the trials for streamed data) and `divergence.stall_margin`. Checks first (`check_output_dir`, `check_corpus`): a
 relaunch may add methods, sizes and seeds, never change the settings of a cell that has
 results (per-cell fingerprints in the manifest), nor the corpus, nor the ledger. Then
 `prepare` writes the manifest and the YAML copy, and `open_store` opens the store, rebuilt
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import polars as pl
+import yaml
 
 from sweeper.errors import UserError
 from sweeper.records.durable import write_json_atomic, write_text_atomic
@@ -25,6 +28,27 @@ from sweeper.records.repair import rebuild_store
 from sweeper.records.states import FINISHED_STATES
 from sweeper.records.store import MANIFEST, STORE_VERSION, StoreWriter, is_sweep_dir, load_cells, load_curves, read_manifest
 from sweeper.search.planner import Plan, compat_diff, fingerprint_of
+from trials.data import check_vocab, open_source
+from trials.errors import TrialInputError
+
+LOCAL_SOURCES = ("builtin", "text", "jsonl", "parquet", "tokens", "synthetic", "images", "builtin_images")
+
+
+def preflight(plan: Plan) -> tuple[str | None, dict[str, Any] | None]:
+    """Open a local corpus once in the driver: bad data (a too-small vocabulary, an empty folder)
+    fails here with one line instead of in every trial, and the corpus fingerprint and its unigram
+    entropy (exact; cached with the corpus) are known up front. Remote sources (`hf`) are left to
+    the trials, which may be the only machines online: their estimate comes with the first result."""
+    data = plan.cells[0].data if plan.cells else None
+    if data is None or data.source not in LOCAL_SOURCES:
+        return None, None
+    try:
+        source = open_source(data)
+        check_vocab(plan.vocab, source)
+        entropy = source.unigram_entropy().to_dict()
+    except TrialInputError as exc:
+        raise UserError(exc.message) from None
+    return source.fingerprint, entropy
 
 
 def check_output_dir(plan: Plan) -> dict[str, Any] | None:
@@ -33,10 +57,10 @@ def check_output_dir(plan: Plan) -> dict[str, Any] | None:
     if not path.exists():
         return None
     if not path.is_dir():
-        raise UserError(f"{path}: exists and is not a directory; choose another output (--output)")
+        raise UserError(f"{path}: exists and is not a directory; choose another output (--out)")
     if not is_sweep_dir(path):
         if any(path.iterdir()):
-            raise UserError(f"{path}: exists, is not empty and is not a sweep directory; choose another output (--output)")
+            raise UserError(f"{path}: exists, is not empty and is not a sweep directory; choose another output (--out)")
         return None
     manifest = read_manifest(path)
     check_compatible(plan, manifest)
@@ -59,7 +83,7 @@ def check_compatible(plan: Plan, manifest: dict[str, Any]) -> None:
             details.append(f"{which}: {diff}")
         raise UserError(
             f"{plan.sweep_dir}: this YAML changes settings of cells that already have results, which would mix "
-            "incomparable results; restore the settings, or give a new output directory (--output)",
+            "incomparable results; restore the settings, or give a new output directory (--out)",
             details=details,
         )
     url = manifest.get("ledger")
@@ -72,7 +96,7 @@ def check_corpus(plan: Plan, manifest: dict[str, Any] | None, corpus: str | None
     if corpus and manifest and manifest.get("corpus") and manifest["corpus"] != corpus:
         raise UserError(
             f"{plan.sweep_dir}: the corpus changed since this sweep started (fingerprint {manifest['corpus']} "
-            f"then, {corpus} now); results would not be comparable: restore the data or use a new output (--output)"
+            f"then, {corpus} now); results would not be comparable: restore the data or use a new output (--out)"
         )
 
 
@@ -96,24 +120,42 @@ def manifest_for(plan: Plan, old: dict[str, Any] | None, ledger: str) -> dict[st
     shared = {k: plan.cells[0].compat[k] for k in ("data", "divergence")} if plan.cells else {}
     manifest["compat_key"] = fingerprint_of(shared)
     manifest["x"] = plan.axis  # depth, loops or params: what the fits and dashboards put on the x axis
+    manifest["keep_weights"] = plan.config.keep_weights  # `sweeper export` says why there are none
+    margins = {cell.divergence.stall_margin for cell in plan.cells}
+    if len(margins) == 1:  # the stall rule's margin (null: off); per cell in `compat` when methods differ
+        manifest["stall_margin"] = margins.pop()
+    else:
+        manifest.pop("stall_margin", None)
+    manifest.setdefault("unigram_entropy", None)
     return manifest
 
 
-def prepare(plan: Plan, old: dict[str, Any] | None, corpus: str | None) -> tuple[dict[str, Any], str | None]:
-    """Write the manifest and keep the YAML as launched; returns (manifest, the YAML copy's name)."""
+def prepare(plan: Plan, old: dict[str, Any] | None, corpus: str | None,
+            entropy: dict[str, Any] | None = None) -> tuple[dict[str, Any], str | None]:
+    """Write the manifest and keep the YAML as launched; returns (manifest, the YAML copy's name).
+    `entropy`: the data's unigram entropy as `trials.data.unigram.UnigramEntropy.to_dict()` gives it."""
     manifest = manifest_for(plan, old, ledger_url(plan))
     if corpus and not manifest.get("corpus"):
         manifest["corpus"] = corpus
-    yaml_name = save_yaml_copy(plan.sweep_dir, plan.source)
+    manifest["overrides"] = list(plan.overrides)
+    if entropy is not None:
+        manifest["unigram_entropy"] = entropy
+    yaml_name = save_yaml_copy(plan.sweep_dir, plan.source, plan.overrides, plan.document)
     write_json_atomic(plan.sweep_dir / MANIFEST, manifest)
     return manifest, yaml_name
 
 
-def save_yaml_copy(sweep_dir: Path, source: Path | None) -> str | None:
-    """Keep the YAML as launched: sweep.yaml, then sweep.N.yaml whenever it changes."""
+def save_yaml_copy(sweep_dir: Path, source: Path | None, overrides: list[str] | None = None,
+                   document: Any = None) -> str | None:
+    """Keep the YAML as launched: sweep.yaml, then sweep.N.yaml whenever it changes. With command-line
+    overrides the copy is the document they produced (launching the copy needs none), headed by them."""
     if source is None:
         return None
     text = source.read_text()
+    if overrides:
+        head = "".join(f"#   {o}\n" for o in overrides)
+        text = (f"# {source.name} as launched with these overrides (already set below):\n{head}"
+                + yaml.safe_dump(document, sort_keys=False, allow_unicode=True))
     copies = sorted(sweep_dir.glob("sweep*.yaml"), key=lambda p: _copy_index(p.name))
     if copies and copies[-1].read_text() == text:
         return copies[-1].name
@@ -166,7 +208,7 @@ def check_ledger_has_the_store(url: str, entries: list[LedgerEntry], store_point
         raise UserError(
             f"{url}: the ledger has no record of {len(missing)} finished point(s) that the store holds "
             f"(e.g. {missing[0]}): it was replaced or damaged. Restore it from a backup, or launch into a new "
-            "--output; the store is left as it is (sweeper status/optima still read it)"
+            "--out; the store is left as it is (sweeper status/optima still read it)"
         )
 
 

@@ -12,17 +12,21 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from sweeper.records.ids import cell_of
 from sweeper.records.ledger import Ledger, LedgerEntry
 from sweeper.records.rows import CellRow
 from sweeper.records.states import CellStatus
 from sweeper.records.storage_errors import describe, is_transient_text
 from sweeper.records.store import Store
 from sweeper.run.book import CellBook, Change, LedgerOp
+from sweeper.run import weights
 from sweeper.run.recorder import Recorder
 from sweeper.run.tune_trials import LaunchStats, TuneTrials
 from sweeper.search.planner import Cell, Plan, auto_stack
+from sweeper.tracking.core import Tracking
 from trials.spec import StepReport, TrialSpec
 
 
@@ -44,6 +48,7 @@ class TrialConfig:
     lrs: list[float]
     point_ids: list[str]
     export_dir: str | None = None
+    export_best_only: bool = False  # the trial writes only its best member's weights (kept weights, not exports/)
 
     def to_tune(self) -> dict[str, Any]:
         """The Ray Tune config: the trial spec plus what the sweeper's adapters read back."""
@@ -53,6 +58,8 @@ class TrialConfig:
         config: dict[str, Any] = {"spec": spec.to_dict(), "cell_id": cell.cell_id, "resources": dict(cell.resources)}
         if self.export_dir is not None:
             config["export_dir"] = self.export_dir
+            if self.export_best_only:
+                config["export_members"] = "best"
         return config
 
 
@@ -65,14 +72,14 @@ def point_ids_of(config: Mapping[str, Any] | None) -> list[str]:
 class SweepRun:
     def __init__(self, plan: Plan, ledger: Ledger, store: Store, *, concurrency: int = 1,
                  host_memory: int | None = None, gpu_memory: int | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, tracking: Tracking | None = None) -> None:
         self.plan = plan
         self.gpu_memory = gpu_memory  # bytes of one GPU, when declared (a simulation's pool); else the planner's default
         self.clock = clock
         self.host_memory = host_memory
         self.book = CellBook(plan.cells)
         self.trials = TuneTrials(concurrency, started=clock())
-        self.recorder = Recorder(ledger, store, self.book.cells, clock=clock)
+        self.recorder = Recorder(ledger, store, self.book.cells, clock=clock, tracking=tracking)
         self.ledger = ledger
         self.other_cells: dict[str, CellRow] = {}  # cells of earlier launches not in this plan
         self.stopping = False
@@ -132,11 +139,36 @@ class SweepRun:
         pids = [c.row.point_id for c in changes]
         self._record(changes)
         self.trials.assigned(tune_trial_id, pids)
-        export = None
+        return TrialConfig(cell, [c.row.lr for c in changes], pids, self._export_dir(cid, tune_trial_id),
+                           export_best_only=not self.plan.config.export_weights)
+
+    def _export_dir(self, cid: str, tune_trial_id: str) -> str | None:
+        """Where the trial writes its members' final weights: exports/ (all kept) or a staging folder
+        from which the cell's best is kept (`sweeper.run.weights`); None when neither is asked for."""
         if self.plan.config.export_weights:
             # exports/<cell>/<trial>/<member>/{model.safetensors,config.json}; config.json names the point_id
-            export = f"{self.plan.sweep_dir}/exports/{cid.replace('/', '_')}/{tune_trial_id}"
-        return TrialConfig(cell, [c.row.lr for c in changes], pids, export)
+            return f"{self.plan.sweep_dir}/exports/{weights.folder_name(cid)}/{tune_trial_id}"
+        if self.plan.config.keep_weights == "best":
+            return str(weights.staging_dir(self.plan.sweep_dir, cid, tune_trial_id))
+        return None
+
+    def keep_best_weights(self, tune_trial_id: str, pids: list[str]) -> None:
+        """After a trial ended: keep its cell's best point's weights if the trial wrote them."""
+        if not pids or (self.plan.config.keep_weights != "best"):
+            return
+        cid = cell_of(pids[0])
+        cell = self.cells.get(cid)
+        if cell is None:
+            return
+        decision = self.book.decisions.get(cid)
+        best = cell.point_id(decision.best.lr) if decision is not None and decision.best is not None else None
+        folder = self._export_dir(cid, tune_trial_id)
+        if folder is None:
+            return
+        try:
+            weights.keep_best(self.plan.sweep_dir, cid, best, Path(folder), staged=not self.plan.config.export_weights)
+        except OSError as exc:  # weights are a convenience: a full disk here must not stop the sweep
+            self.messages.append(f"{cid}: could not keep the best weights ({exc})")
 
     # -- the Callback's side --------------------------------------------------------------------
     def on_trial_start(self, tune_trial_id: str, pids: list[str]) -> None:
@@ -164,6 +196,7 @@ class SweepRun:
         self._record(changes)
         self.trials.ended(tune_trial_id, now)
         self.flush(force=True)
+        self.keep_best_weights(tune_trial_id, pids)
 
     def forget_restored_trials(self, why: str) -> int:
         """Tune could not restore its last run: the points its trials held train again from the

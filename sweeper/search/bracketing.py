@@ -5,11 +5,13 @@ repair and the read-side views (`sweeper.records.fold`, `sweeper.records.results
 `decide` and `interpolate_optimum` from here; nothing else re-implements them.
 
 Terms. A cell's *points* are learning rates in one of the states `queued`, `running`
-(active) or `ok`, `diverged`, `failed` (finished; `sweeper.records.states.PointState`). The optimum is *bracketed* when the
-best `ok` point has a finished (`ok` or `diverged`) neighbour on each side in log LR:
-since it is the best, an `ok` neighbour is worse, and a diverged run counts as worse than
-any finite one. `failed` points (crashes) carry no information: they are skipped when
-looking for neighbours and are never proposed again.
+(active) or `ok`, `diverged`, `stalled`, `failed` (finished; `sweeper.records.states.PointState`).
+The optimum is *bracketed* when the best `ok` point has a finished (`ok`, `diverged` or
+`stalled`) neighbour on each side in log LR: since it is the best, an `ok` neighbour is worse,
+and a diverged run, or a stalled one (it learned nothing beyond token frequencies), counts as
+worse than any `ok` one. A stalled point is never the optimum, whatever its loss. `failed`
+points (crashes) carry no information: they are skipped when looking for neighbours and are
+never proposed again.
 
 Policy. Start from the initial grid. While the best point has no finished neighbour on a
 side, extend on that side by the grid factor. New learning rates are proposed only once
@@ -17,7 +19,8 @@ every active point of the cell has finished: which points are explored (and so t
 found) is then a function of the results alone, never of the order in which trials happen
 to finish — a killed and relaunched driver, a retried trial or a busier cluster reorders
 them, and an eager extension decided on a partial grid explored other learning rates
-(tests/reliability). When every finished point diverged, go lower. Once
+(tests/reliability). When every finished point diverged or stalled, go lower; a cell that
+reaches a bound or the cap that way ends `diverged` (all diverged) or `stalled` (some stalled). Once
 bracketed, optionally refine with the two half-steps around the best point (this stops
 by itself: after one refinement the neighbours are half a step away). A bound or the
 trial cap that prevents the next step ends the cell as `edge`. Every proposed learning
@@ -227,12 +230,16 @@ def decide(points: Sequence[GridPoint], policy: LRPolicy, *, initial: Sequence[f
             return CellDecision("running", reason="waiting for results")
         if not informative:
             return CellDecision("failed", reason="every point failed (see the points' reasons)")
+        stalled = sum(PointState(p.state) is PointState.STALLED for p in informative)
+        what = ("every point diverged" if not stalled else
+                "every point stalled" if stalled == len(informative) else "every point diverged or stalled")
         lowest = min(p.lr for p in points)
         proposals = _walk(lowest, -1, policy, tried, min(budget, policy.extend_by))
         if proposals:
-            return CellDecision("running", tuple(proposals), reason="every point diverged so far: going lower")
+            return CellDecision("running", tuple(proposals), reason=f"{what} so far: going lower")
         why = "the trial cap" if budget <= 0 else f"the lower bound {policy.lo:g}"
-        return CellDecision("diverged", reason=f"every point diverged, down to {why}")
+        status = CellStatus.STALLED if stalled else CellStatus.DIVERGED
+        return CellDecision(status, reason=f"{what}, down to {why}: no usable learning rate")
 
     best = min(ok, key=lambda p: (p.objective, p.lr))
     i = informative.index(best)

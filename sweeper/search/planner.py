@@ -91,6 +91,8 @@ class Plan:
     cells: list[Cell]
     vocab: int
     source: Path | None = None
+    overrides: list[str] = field(default_factory=list)  # KEY=VALUE given on the command line, set on the file
+    document: Any = None  # with overrides: the document they produced (the sweep directory's YAML copy)
 
     def by_id(self) -> dict[str, Cell]:
         return {c.cell_id: c for c in self.cells}
@@ -227,6 +229,7 @@ def build_plan(cfg: SweepConfig, *, output: str | None = None, base: Path | None
     vocab = resolve_vocab(cfg, data)
     shapes = _shapes(cfg)
     cells: list[Cell] = []
+    problems: list[str] = []  # every cell that cannot be planned, reported together
     for method in cfg.methods:
         policy_section = cfg.lr_for(method)
         policy = policy_section.to_policy()
@@ -239,7 +242,9 @@ def build_plan(cfg: SweepConfig, *, output: str | None = None, base: Path | None
                 counts = count_params(model)
                 fpt = flops_per_token(model)
             except (ValueError, KeyError) as exc:
-                raise UserError(f"methods: {method.name} at size {size}: {exc}") from None
+                where = f"{source}: " if source else ""
+                problems.append(f"{where}methods: {method.name} at size {size}: {exc}")
+                continue
             tokens, steps = _tokens(train, model, counts)
             resources, memory_gb = _resources(cfg, size, depth)
             compat = compat_of(model, train, data, divergence)
@@ -258,6 +263,8 @@ def build_plan(cfg: SweepConfig, *, output: str | None = None, base: Path | None
                         fingerprint=fingerprint_of(compat),
                     )
                 )
+    if problems:
+        raise UserError(problems[0]) if len(problems) == 1 else UserError(f"{len(problems)} problems", details=problems)
     # size_rank by actual size (a ladder may be listed in any order)
     order = sorted({(c.x, c.size) for c in cells})
     rank = {size: i for i, (_, size) in enumerate(order)}

@@ -42,9 +42,11 @@ from pydantic_core import PydanticCustomError
 
 from models.config import ModelConfig
 from models.family_settings import loop_settings, looped_depth, vit_settings
+from models.registry import get_scheme, make_scheme
 from sweeper.errors import UserError
 from sweeper.search.bracketing import LRPolicy
 from sweeper.spec import catalog
+from sweeper.spec import overrides as overrides_
 from sweeper.spec.yamlio import LoadedYaml, YamlProblem, load_file
 from trials.config import DataConfig, DivergenceConfig, TrainConfig
 
@@ -417,6 +419,45 @@ class RaySection(Strict):
     )
 
 
+class WandbTracking(Strict):
+    """Weights & Biases: one run per point, grouped by cell."""
+
+    project: Annotated[str, Field(min_length=1, max_length=128)] = Field(description="the W&B project")
+    entity: Annotated[str, Field(min_length=1, max_length=128)] | None = Field(
+        None, description="the W&B team or user (default: the logged-in user's)")
+    mode: Literal["online", "offline", "disabled"] | None = Field(
+        None, description="online, offline (files under DIR/wandb, `wandb sync` later) or disabled; default: "
+                          "WANDB_MODE, else online")
+
+
+class MlflowTracking(Strict):
+    """MLflow: one run per point, under a parent run per cell."""
+
+    tracking_uri: Annotated[str, Field(min_length=1)] | None = Field(
+        None, description="an MLflow tracking URI (http://..., sqlite:///..., file:///...); default: "
+                          "MLFLOW_TRACKING_URI, else sqlite:///DIR/mlflow.db")
+    experiment: Annotated[str, Field(min_length=1, max_length=500)] | None = Field(
+        None, description="the experiment (default: the sweep's name)")
+
+
+class TensorboardTracking(Strict):
+    """TensorBoard: event files, a folder per cell and a sub-folder per point."""
+
+    dir: Annotated[str, Field(min_length=1)] | None = Field(
+        None, description="the log directory (default DIR/tensorboard; relative to the working dir)")
+
+
+class TrackingSection(Strict):
+    """Experiment trackers the driver logs every point to (each optional; needs its extra)."""
+
+    wandb: WandbTracking | None = None
+    mlflow: MlflowTracking | None = None
+    tensorboard: TensorboardTracking | None = None
+
+    def names(self) -> list[str]:
+        return [name for name in ("wandb", "mlflow", "tensorboard") if getattr(self, name) is not None]
+
+
 def _seeds(value: Any) -> Any:
     if isinstance(value, int) and not isinstance(value, bool):
         if value < 1:
@@ -434,6 +475,8 @@ class SweepConfig(Strict):
 
     name: Name
     description: str = ""
+    next: str = Field("", description="printed when a launch finishes: what to run next (the quickstart points "
+                                      "to the laptop depth study)")
     output: str | None = Field(None, description="sweep directory (default runs/<name>, relative to the working dir)")
     methods: Annotated[list[Annotated[MethodSpec, BeforeValidator(_method_entry)]], Field(min_length=1)]
     model: ModelSection
@@ -450,6 +493,14 @@ class SweepConfig(Strict):
     ray: RaySection = RaySection()
     ledger: str = Field("sqlite", description="'sqlite' (DIR/ledger.db) or an Optuna storage URL")
     export_weights: bool = Field(False, description="write each point's final weights (for `sweeper gamma`)")
+    keep_weights: Literal["best", "none"] = Field(
+        "best",
+        description=(
+            "best: each cell keeps the final weights of its current best point in DIR/weights/ (a new best replaces "
+            "them; `sweeper export` writes them out); none: keep no weights"
+        ),
+    )
+    tracking: TrackingSection = Field(TrackingSection(), description="experiment trackers: wandb, mlflow, tensorboard")
 
     # -- helpers used by the planner ------------------------------------------------------------
     def method(self, name: str) -> MethodSpec:
@@ -711,6 +762,18 @@ def _data_problems(data: DataConfig, base: Path) -> list[Problem]:
     return out
 
 
+def _partial_data(raw: Any) -> DataConfig | None:
+    """The file-naming keys of a `data` section that failed validation, when they validate on their own."""
+    if not isinstance(raw, dict):
+        return None
+    keys = ("source", "path", "val_path", "tokenizer", "dataset")
+    subset = {k: raw[k] for k in keys if k in raw and isinstance(raw[k], str)}
+    try:
+        return DataConfig.model_validate(subset)
+    except ValidationError:
+        return None
+
+
 def _looks_local(name: str) -> bool:
     return name.startswith((".", "/", "~")) or name.endswith((".json", ".model"))
 
@@ -785,6 +848,8 @@ def _cross_problems(sec: _Sections, base: Path) -> list[Problem]:
     if sec.has("model"):
         out.extend(_shape_problems(sec.model))
         out.extend(_family_problems(sec.model))
+    if sec.has("model", "methods"):
+        out.extend(_scheme_problems(sec.methods, sec.model))
     if sec.has("model", "data"):
         data, model = sec.data, sec.model
         byte_level = data.tokenizer is None and data.source not in ("tokens", "hf", "images", "builtin_images")
@@ -817,6 +882,7 @@ def _cross_problems(sec: _Sections, base: Path) -> list[Problem]:
                 out.append(Problem(("resources", "by_size", i, "max_depth"), "only for a depth sweep (model.depths)"))
         if sec.has("train") and sec.train.device == "cuda" and res.gpu == 0 and not any((r.gpu or 0) > 0 for r in res.by_size):
             out.append(Problem(("train", "device"), "'cuda' needs resources.gpu > 0 (Ray hides GPUs from trials without)"))
+    out.extend(_unit_problems(sec))
     if sec.has("ledger") and sec.ledger != "sqlite":
         scheme = sec.ledger.split(":", 1)[0].lower()
         if scheme != "journal" and scheme not in _STORAGE_SCHEMES:
@@ -832,6 +898,92 @@ def _cross_problems(sec: _Sections, base: Path) -> list[Problem]:
             out.append(Problem(("ray",), "num_cpus/num_gpus describe a local Ray; drop them when giving an address"))
     if sec.has("output") and sec.output is not None and not sec.output.strip():
         out.append(Problem(("output",), "must not be empty"))
+    return out
+
+
+def _scheme_problems(methods: list[MethodSpec], model: ModelSection) -> list[Problem]:
+    """Each method's scheme options, read as the planner's scheme will read them: keys the scheme does not
+    take (named where they are written, with the nearest allowed key), then values it refuses at some depth."""
+    out: list[Problem] = []
+    reported_model_keys: set[str] = set()
+    for i, method in enumerate(methods):
+        try:
+            allowed = sorted(get_scheme(method.scheme_name).defaults)
+        except ValueError:
+            continue  # an unknown scheme is reported by MethodSpec
+        unknown = False
+        for key in method.scheme_options:
+            if key not in allowed:
+                unknown = True
+                out.append(Problem(("methods", i, "scheme_options", key), _unknown_option(key, method.scheme_name, allowed)))
+        for key in model.scheme_options:
+            if key not in allowed and key not in method.scheme_options:
+                unknown = True
+                if key not in reported_model_keys:
+                    reported_model_keys.add(key)
+                    out.append(Problem(("model", "scheme_options", key),
+                                       _unknown_option(key, method.scheme_name, allowed) + f" (method {method.name!r})"))
+        if unknown:
+            continue
+        options = deep_merge(model.scheme_options, method.scheme_options)
+        for depth in _depths_of(model):
+            try:
+                make_scheme(method.scheme_name, depth, options)
+            except (ValueError, TypeError, KeyError) as exc:
+                named = re.search(r"scheme_options\.(\w+)", str(exc))  # the option the scheme names, where it is written
+                key = named.group(1) if named else None
+                if key in method.scheme_options:
+                    path: tuple[str | int, ...] = ("methods", i, "scheme_options", key)
+                elif key in model.scheme_options:
+                    path = ("model", "scheme_options", key)
+                else:
+                    path = ("methods", i, "scheme_options") if method.scheme_options else ("methods", i)
+                out.append(Problem(path, f"at depth {depth}: {exc}"))
+                break
+    return out
+
+
+def _unknown_option(key: str, scheme: str, allowed: list[str]) -> str:
+    return (f"unknown option {key!r} for scheme {scheme!r}{catalog.suggest(key, allowed)} "
+            f"(allowed: {', '.join(allowed) or 'none'})")
+
+
+def _depths_of(model: ModelSection) -> list[int]:
+    """The numbers of blocks the sweep's networks have (the planner's shapes, without counting)."""
+    if model.depths is not None:
+        return sorted(set(model.depths))
+    if model.loops is not None:
+        try:
+            return [looped_depth(model.extra)]
+        except ValueError:
+            return []  # reported by _family_problems
+    return sorted({s.shape().depth for s in model.sizes or [] if s.shape().depth})
+
+
+MAX_TOKENS_PER_PARAM = 100_000  # Chinchilla is 20; 4x Chinchilla 80
+MAX_MEMORY_GB = 4096
+
+
+def _unit_problems(sec: _Sections) -> list[Problem]:
+    """Numbers that are valid but almost surely in the wrong unit: a token budget below one step
+    (`tokens: 1.5` meaning 1.5 billion), tokens per parameter in the millions, memory in bytes or MiB."""
+    out: list[Problem] = []
+    if sec.has("train", "model") and sec.model.family != "vit":
+        per_step = sec.train.batch_size * sec.model.seq_len
+        if sec.train.tokens is not None and sec.train.tokens < per_step:
+            out.append(Problem(("train", "tokens"), f"{sec.train.tokens} tokens is less than one step ({per_step} tokens: "
+                               "batch_size × seq_len); give a count of tokens, e.g. 1.5e9 for 1.5 billion"))
+    if sec.has("train") and sec.train.tokens_per_param is not None and sec.train.tokens_per_param > MAX_TOKENS_PER_PARAM:
+        out.append(Problem(("train", "tokens_per_param"), f"{sec.train.tokens_per_param:g} tokens per parameter "
+                           f"(at most {MAX_TOKENS_PER_PARAM:g}; Chinchilla is 20): a token count given here? use "
+                           "train.tokens"))
+    if sec.has("resources"):
+        rules = [(("resources", "memory_gb"), sec.resources.memory_gb)]
+        rules += [(("resources", "by_size", i, "memory_gb"), r.memory_gb) for i, r in enumerate(sec.resources.by_size)]
+        for path, value in rules:
+            if value is not None and value > MAX_MEMORY_GB:
+                out.append(Problem(path, f"{value:g} GiB per trial (at most {MAX_MEMORY_GB}); memory_gb is in GiB, "
+                                   "not bytes or MiB"))
     return out
 
 
@@ -889,6 +1041,12 @@ class Validated:
     config: SweepConfig
     source: Path
     warnings: list[str] = field(default_factory=list)
+    overrides: list[str] = field(default_factory=list)  # KEY=VALUE texts applied on top of the file
+    document: Any = None  # the document validated: the file's, with the overrides set
+
+
+# The module each tracker's extra installs (what `sweeper launch` warns about when it is missing).
+TRACKER_MODULES = {"wandb": "wandb", "mlflow": "mlflow", "tensorboard": "tensorboard"}
 
 
 def _warnings(cfg: SweepConfig) -> list[str]:
@@ -900,6 +1058,11 @@ def _warnings(cfg: SweepConfig) -> list[str]:
                 f"data: needs the hf extra ({', '.join(missing)} not installed here): "
                 "pip install 'layerrope-sweeper[hf]' on the machines that run trials"
             )
+    for name in cfg.tracking.names():
+        if importlib.util.find_spec(TRACKER_MODULES[name]) is None:
+            out.append(f"tracking.{name}: needs the {name} extra ({TRACKER_MODULES[name]} not installed here): "
+                       f"pip install 'layerrope-sweeper[{name}]' on the machine that runs `sweeper launch` "
+                       "(without it the sweep runs and that tracker stays empty)")
     if cfg.ledger.startswith(("postgresql", "mysql")):
         driver = "psycopg2" if cfg.ledger.startswith("postgresql") else "pymysql"
         if importlib.util.find_spec(driver) is None:
@@ -913,7 +1076,8 @@ def validate_data(raw: Any, *, base: Path | None = None, lines: LoadedYaml | Non
 
 
 def _validate(
-    raw: Any, *, base: Path | None, lines: LoadedYaml | None, need_data: bool
+    raw: Any, *, base: Path | None, lines: LoadedYaml | None, need_data: bool,
+    overrides: list[overrides_.Override] | None = None,
 ) -> tuple[SweepConfig, list[MissingFile]]:
     """The checks, and (when `need_data` is False) the data files found missing, set aside as warnings."""
     base = base or Path.cwd()
@@ -938,21 +1102,30 @@ def _validate(
         failed = {str(p.path[0]) for p in found if p.path}
     sections = _Sections(dict(cfg)) if cfg is not None else _valid_sections(raw, failed)
     problems.extend(_cross_problems(sections, base))
+    if "data" in failed:  # a typo elsewhere in `data` must not hide a missing file until the next run
+        partial = _partial_data(raw.get("data"))
+        if partial is not None:
+            problems.extend(_data_problems(partial, base))
     missing = [] if need_data else [p for p in problems if isinstance(p, MissingFile)]
     problems = [p for p in problems if p not in missing]
     if problems:
         if lines is not None:
             problems.sort(key=lambda p: lines.line_of(p.path) or 0)
-        raise _user_error(problems, lines)
+        raise _user_error(problems, lines, overrides=overrides)
     assert cfg is not None
     return cfg, missing
 
 
-def _user_error(problems: list[Problem], lines: LoadedYaml | None, source: str | None = None) -> UserError:
+def _user_error(problems: list[Problem], lines: LoadedYaml | None, source: str | None = None,
+                overrides: list[overrides_.Override] | None = None) -> UserError:
     rendered = []
     for p in problems:
+        given = _override_of(p.path, overrides or [])
         line = lines.line_of(p.path) if lines else None
-        where = f"{source}:{line}: " if source and line else (f"{source}: " if source else (f"line {line}: " if line else ""))
+        if given is not None:
+            where = f"override {given.text!r}: "
+        else:
+            where = f"{source}:{line}: " if source and line else (f"{source}: " if source else (f"line {line}: " if line else ""))
         rendered.append(f"{where}{p.dotted()}: {p.message}")
     if len(rendered) == 1:
         return UserError(rendered[0])
@@ -960,8 +1133,18 @@ def _user_error(problems: list[Problem], lines: LoadedYaml | None, source: str |
     return UserError(head, details=rendered)
 
 
-def load_sweep(path: str | os.PathLike[str], *, base: Path | None = None, need_data: bool = True) -> Validated:
-    """Read, parse and validate a sweep file.
+def _override_of(path: tuple[str | int, ...], given: list[overrides_.Override]) -> overrides_.Override | None:
+    """The last override that set `path` or a mapping above it (its problems are named by the override)."""
+    found = None
+    for override in given:
+        if path[: len(override.path)] == override.path:
+            found = override
+    return found
+
+
+def load_sweep(path: str | os.PathLike[str], *, base: Path | None = None, need_data: bool = True,
+               overrides: list[str] | tuple[str, ...] = ()) -> Validated:
+    """Read, parse and validate a sweep file, with `KEY=VALUE` overrides set on top (`sweeper.spec.overrides`).
 
     `need_data=False` is for commands that never read the training data (launch --dry-run, replay,
     simulation, plots of a stored sweep): a data file missing on this machine is then a warning.
@@ -972,12 +1155,15 @@ def load_sweep(path: str | os.PathLike[str], *, base: Path | None = None, need_d
         loaded = load_file(source)
     except YamlProblem as exc:
         raise _relabel(UserError(exc.message), label) from None
+    given = overrides_.parse(list(overrides))
+    document = overrides_.apply(loaded.data, given) if given else loaded.data
     try:
-        cfg, missing = _validate(loaded.data, base=base, lines=loaded, need_data=need_data)
+        cfg, missing = _validate(document, base=base, lines=loaded, need_data=need_data, overrides=given)
     except UserError as exc:
         raise _relabel(exc, label) from None
-    notes = [_relabel(_user_error([m], loaded), label).message + " (this command does not read the data)" for m in missing]
-    return Validated(cfg, source, notes + _warnings(cfg))
+    notes = [_relabel(_user_error([m], loaded, overrides=given), label).message + " (this command does not read the data)"
+             for m in missing]
+    return Validated(cfg, source, notes + _warnings(cfg), overrides=[o.text for o in given], document=document)
 
 
 def _relabel(exc: UserError, label: str) -> UserError:

@@ -161,6 +161,51 @@ def test_loss_vs_lr_draws_off_scale_points_at_the_top_with_their_true_value():
     assert hi < 9.5 and lo < 3.4 and off["y"][0] < hi
 
 
+def stalled_sweep() -> SweepData:
+    """pre bracketed at L4 and L32; post bracketed at L4, every point stalled at L32 (both seeds)."""
+    from dashboards.data import empty_frames
+
+    points, cells, curves = empty_frames()
+    rows, cell_rows = [], []
+    for method, depth, seed, state in (("pre", 4, 0, "ok"), ("pre", 32, 0, "ok"), ("post", 4, 0, "ok"),
+                                       ("post", 32, 0, "stalled"), ("post", 32, 1, "stalled")):
+        cid = f"{method}/L{depth}/s{seed}"
+        losses = [(1e-3, 2.4), (3e-3, 2.2), (1e-2, 2.3)] if state == "ok" else [(1e-3, 3.25), (3e-3, 3.26), (1e-2, 3.25)]
+        for lr, loss in losses:
+            rows.append({"seq": len(rows), "point_id": f"{cid}/lr={lr:g}", "cell_id": cid, "method": method,
+                         "size": f"L{depth}", "depth": depth, "seed": seed, "lr": lr, "state": state, "loss": loss,
+                         "objective": loss if state == "ok" else None,
+                         "reason": "stalled: learned nothing beyond token frequencies" if state == "stalled" else None})
+        ok = state == "ok"
+        cell_rows.append({"cell_id": cid, "method": method, "size": f"L{depth}", "depth": depth, "seed": seed,
+                          "status": "bracketed" if ok else "stalled", "n_points": 3, "n_stalled": 0 if ok else 3,
+                          "best_lr": 3e-3 if ok else None, "best_objective": 2.2 if ok else None})
+    return SweepData.build("x", pl.DataFrame(rows, schema=points.schema), pl.DataFrame(cell_rows, schema=cells.schema),
+                           curves)
+
+
+def test_stalled_points_and_failed_sizes_are_marked():
+    data = stalled_sweep()
+    spec = figures.loss_vs_lr(data)
+    (stalled,) = by_name(spec, "stalled")  # the post panel: its L32 points, one marker per LR over both seeds
+    assert stalled["x"] == [1e-3, 3e-3, 1e-2] and stalled["marker"]["symbol"] == style.STALLED_SYMBOL
+    assert [c[1] for c in stalled["customdata"]] == [2, 2, 2] and stalled["customdata"][0][2] == pytest.approx(3.25)
+    assert "□ stalled" in spec["layout"]["title"]["subtitle"]["text"]
+    scaling = figures.scaling(data)
+    failed = by_uid(scaling, "scaling", "post", "failed")
+    assert failed["x"] == [32.0] and failed["yaxis"] == "y2" and failed["marker"]["symbol"] == ["x"]
+    assert failed["customdata"] == [["L32", 2, 2, "stalled"]] and "no usable LR" in failed["name"]
+    assert figures.uid("scaling", "pre", "failed") not in [t["uid"] for t in scaling["data"]]
+    observed = by_uid(scaling, "scaling", "post", "observed")
+    assert observed["x"] == [4.0]  # the failed size has no loss to draw
+    status = figures.status_grid(data)
+    assert "stalled" in [t["name"] for t in status["data"]]
+    for name, (_, build) in figures.FIGURES.items():  # every figure of such a sweep is valid Plotly and JSON
+        spec = build(data)
+        figures.to_figure(spec)
+        json.dumps(spec, allow_nan=False)
+
+
 def test_loss_vs_lr_facet_by_size_colours_lines_by_method(finished):
     spec = figures.loss_vs_lr(finished, facet="size")
     trace = by_uid(spec, "loss_vs_lr", "size", "pre", "L8", "line")
@@ -292,7 +337,7 @@ def test_learning_curves_downsample_but_keep_each_curves_extremes(finished):
 def test_learning_curves_draw_diverged_points_dotted_and_group_by_size(finished):
     spec = figures.learning_curves(finished)
     bad = [t for t in spec["data"] if t.get("line", {}).get("dash") == "dot"]
-    assert bad and all("diverged/failed" in t["name"] for t in bad)
+    assert bad and all("diverged/stalled/failed" in t["name"] for t in bad)
     legend = [t["name"] for t in spec["data"] if t.get("showlegend", True)]
     assert legend == list(finished.sizes)  # one legend entry per size, for every method at once
     assert spec["layout"]["yaxis"]["range"][1] < 6  # the first steps near ln(vocab) do not squash the plot

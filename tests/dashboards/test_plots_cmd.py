@@ -26,7 +26,7 @@ def tree(folder: Path) -> dict[str, bytes]:
 def test_html_plots_are_byte_identical_on_every_run_and_work_offline(finished_dir, tmp_path):
     first, second = tmp_path / "a", tmp_path / "b"
     for out in (first, second):
-        result = plots(str(finished_dir), "--out", str(out), "--format", "html")
+        result = plots(str(finished_dir), "--out", str(out), "--file-types", "html")
         assert result.returncode == 0, result.stderr
     a, b = tree(first), tree(second)
     assert a == b
@@ -43,7 +43,7 @@ def test_html_plots_are_byte_identical_on_every_run_and_work_offline(finished_di
 @pytest.mark.browser  # kaleido drives the system Chromium
 def test_png_plots_of_every_figure_at_print_resolution(finished, finished_dir, tmp_path):
     out = tmp_path / "png"
-    result = plots(str(finished_dir), "--out", str(out), "--format", "png")
+    result = plots(str(finished_dir), "--out", str(out), "--file-types", "png")
     assert result.returncode == 0, result.stderr
     for name, spec in figures.all_figures(finished).items():
         png = (out / f"{name}.png").read_bytes()
@@ -69,7 +69,7 @@ def test_static_renderings_are_byte_identical_on_every_run(finished, tmp_path):
 def test_without_chrome_static_formats_exit_2_naming_what_to_install(finished_dir, tmp_path):
     out = tmp_path / "out"
     result = plots(
-        str(finished_dir), "--out", str(out), "--format", "html,png", env={"BROWSER_PATH": str(tmp_path / "no-chrome")}
+        str(finished_dir), "--out", str(out), "--file-types", "html,png", env={"BROWSER_PATH": str(tmp_path / "no-chrome")}
     )
     assert result.returncode == 2
     assert "apt install chromium" in result.stderr and "plotly_get_chrome" in result.stderr
@@ -80,8 +80,8 @@ def test_without_chrome_static_formats_exit_2_naming_what_to_install(finished_di
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--format", "html,gif"], "unknown format 'gif'"),
-        (["--format", ","], "--format: empty"),
+        (["--file-types", "html,gif"], "unknown format 'gif'"),
+        (["--file-types", ","], "--file-types: empty"),
         (["--scale", "0"], "--scale"),
     ],
 )
@@ -95,5 +95,5 @@ def test_bad_directories_exit_2(tmp_path, finished_dir):
     assert "no such directory" in plots(str(tmp_path / "nope"), "--out", str(tmp_path / "o")).stderr
     target = tmp_path / "file"
     target.write_text("x")
-    result = plots(str(finished_dir), "--out", str(target), "--format", "html")
+    result = plots(str(finished_dir), "--out", str(target), "--file-types", "html")
     assert result.returncode == 2 and "not a directory" in result.stderr

@@ -61,6 +61,8 @@ def write_sweep(
     grid: tuple[int, ...] = (-2, -1, 0, 1, 2),
     edge: set[tuple[str, int]] = frozenset(),  # (method, depth) cells whose grid stops at the best point
     all_diverged: set[tuple[str, int]] = frozenset(),
+    all_stalled: set[tuple[str, int]] = frozenset(),  # every point trained to the end at the unigram loss
+    eval_se: float | None = None,  # every finished point's SE over the eval batches
     pending: set[tuple[str, int]] = frozenset(),
     on_optimum: bool = False,  # grid through LR* itself: best loss = E + A·depth^(-α) exactly
 ) -> Path:
@@ -84,17 +86,21 @@ def write_sweep(
                 for k in offsets:
                     lr = centre * 2.0**k
                     diverged = (method, depth) in all_diverged or lr > 8 * lr_star
+                    stalled = (method, depth) in all_stalled and not diverged
                     loss = None if diverged else base + t.curvature * math.log(lr / lr_star) ** 2 + seed_shift
+                    if stalled:
+                        loss = INIT_LOSS - 0.01
                     if (method, depth) in pending:
                         state = "running"
                         loss = None
                     else:
-                        state = "diverged" if diverged else "ok"
+                        state = "diverged" if diverged else "stalled" if stalled else "ok"
                     rows.append({
                         "point_id": f"{cid}/lr={lr:.6g}", "cell_id": cid, "method": method, "family": "llama",
                         "size": f"L{depth}", "depth": depth, "width": WIDTH, "seed": seed, "params": total,
                         "params_nonembed": nonembed, "flops_per_token": flops, "lr": lr, "state": state,
-                        "objective": loss, "loss": loss, "init_loss": INIT_LOSS,
+                        "objective": loss if state == "ok" else None, "loss": loss, "init_loss": INIT_LOSS,
+                        "loss_se": eval_se if loss is not None else None,
                         "diverged_step": 10 if diverged else None, "reason": "nan" if diverged else None,
                         "steps": 100 if not diverged else 10, "tokens": TOKENS if not diverged else TOKENS // 10,
                         "attempt": 0,
@@ -102,6 +108,8 @@ def write_sweep(
                 writer.append_points([PointRow.from_columns(r) for r in rows])
                 ok = [r for r in rows if r["state"] == "ok"]
                 status, best_lr, best_obj, interp = "diverged", None, None, None
+                if any(r["state"] == "stalled" for r in rows):
+                    status = "stalled"
                 if (method, depth) in pending:
                     status = "running"
                 elif ok:
@@ -117,6 +125,7 @@ def write_sweep(
                     "cell_id": cid, "method": method, "family": "llama", "size": f"L{depth}", "depth": depth,
                     "width": WIDTH, "seed": seed, "params": total, "status": status, "n_points": len(rows),
                     "n_running": 0, "n_diverged": sum(r["state"] == "diverged" for r in rows),
+                    "n_stalled": sum(r["state"] == "stalled" for r in rows),
                     "best_lr": best_lr, "best_objective": best_obj, "interp_lr": interp, "interp_objective": None,
                     "updated_at": 0.0,
                 })

@@ -36,6 +36,20 @@ def test_fit_prints_tables_with_intervals_and_writes_fits_json(make_sweep) -> No
     assert "wrote" in text
 
 
+def test_fit_states_the_seeds_spread_and_se_of_each_point_and_the_failed_sizes(make_sweep) -> None:
+    sweep = make_sweep(truths=TRUTHS, depths=[48, 64, 96, 128], seeds=(0, 1), noise=0.01, eval_se=0.004,
+                       all_stalled={("layerrope", 128)})
+    out = sweeper(str(sweep), "--resamples", "200")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads((sweep / "fits.json").read_text())
+    text = " ".join(out.stdout.split())
+    assert "Fitted points: best loss, mean over seeds" in text and "seeds' spread (sd)" in text
+    row = doc["methods"]["pre"]["sizes"][0]
+    a, b = row["loss_seeds"]
+    assert f"{row['loss_sd']:.4f}" in text and f"{a:.4f} ± 0.0040, {b:.4f} ± 0.0040" in text
+    assert "no usable learning rate (every point diverged or stalled): layerrope L128 (s0 stalled, s1 stalled)" in text
+
+
 def test_json_output_is_the_stored_document(make_sweep) -> None:
     sweep = make_sweep(truths=TRUTHS, depths=DEPTHS, noise=0.003)
     out = sweeper(str(sweep), "--json", "--resamples", "300", "--x", "params", "--shared-e")
@@ -101,3 +115,41 @@ def test_fits_import_neither_torch_nor_ray() -> None:
             "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'ray'}); print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "[]"
+
+
+# Issue 18 item 5 and issue 16 item 4, in-process (sweeper.cli.main) for speed.
+
+
+def test_a_size_suffix_on_a_depth_axis_is_refused(make_sweep, capsys) -> None:
+    from sweeper.cli import main
+
+    sweep = make_sweep(truths=TRUTHS, depths=DEPTHS, noise=0.003)
+    assert main(["fit", str(sweep), "--to", "1.3B", "--resamples", "200"]) == 2
+    err = capsys.readouterr().err
+    assert "--to 1.3B: a size suffix on a depth axis (that would be 1.3e+09 blocks); give a block count" in err
+    assert not (sweep / "fits.json").exists()
+
+
+def test_a_named_size_resolves_to_its_own_parameter_count(make_sweep, capsys) -> None:
+    from sweeper.cli import main
+
+    sweep = make_sweep(truths=TRUTHS, depths=DEPTHS, noise=0.003)
+    for n_def, lo, hi in (("nonembed", 1.20e9, 1.22e9), ("total", 1.33e9, 1.35e9)):  # the 1.3B model: 1.21e9 / 1.34e9
+        assert main(["fit", str(sweep), "--x", "params", "--n", n_def, "--to", "1.3B", "2e9", "--resamples", "200",
+                     "--json"]) == 0
+        out = capsys.readouterr()
+        targets = json.loads(out.out)["targets"]
+        assert lo < targets[0] < hi and targets[1] == 2e9, (n_def, targets)
+        assert "--to 1.3B: the 1.3B model's own N" in out.err
+
+
+def test_a_rerun_says_what_it_replaces(make_sweep, capsys) -> None:
+    from sweeper.cli import main
+
+    sweep = make_sweep(truths=TRUTHS, depths=DEPTHS, noise=0.003)
+    assert main(["fit", str(sweep), "--to", "1024", "--resamples", "200", "--json"]) == 0
+    assert "replacing" not in capsys.readouterr().err  # nothing to replace yet
+    assert main(["fit", str(sweep), "--resamples", "300", "--json"]) == 0
+    err = capsys.readouterr().err
+    assert f"replacing {sweep / 'fits.json'} (targets: 1024 → none; resamples: 200 → 300)" in err
+    assert json.loads((sweep / "fits.json").read_text())["targets"] == []

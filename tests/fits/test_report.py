@@ -122,13 +122,30 @@ def test_diverged_cells_and_points_stay_out_of_loss_fits(make_sweep) -> None:
     assert row["value"] == pytest.approx(float(np.mean(capped)) - base, rel=1e-12)
 
 
+def test_stalled_cells_and_points_stay_out_of_loss_fits_and_are_listed_as_failed(make_sweep) -> None:
+    sweep = make_sweep(truths=TRUTHS, depths=DEPTHS, on_optimum=True, all_stalled={("layerrope", 192)},
+                       all_diverged={("layerrope", 256)})
+    doc = report(sweep)
+    reasons = {e["cell_id"]: e["reason"] for e in doc["inputs"]["excluded"]}
+    assert reasons["layerrope/L192/s0"].startswith("every finished point diverged or stalled")
+    assert [(c["cell_id"], c["status"], c["n_stalled"]) for c in doc["inputs"]["failed"]] == [
+        ("layerrope/L192/s0", "stalled", 5), ("layerrope/L256/s0", "diverged", 0)]
+    lf = doc["methods"]["layerrope"]["loss_fit"]
+    assert [p[0] for p in lf["points"]] == [48.0, 64.0, 96.0, 128.0]
+    assert lf["alpha"]["value"] == pytest.approx(0.7, rel=1e-9)  # the stalled losses did not enter
+    row = next(r for r in doc["methods"]["layerrope"]["sensitivity"] if r["size"] == "L192")
+    assert row["n_diverged"] == 5  # stalled points count as diverged in the sensitivity
+
+
 def test_seeds_are_averaged_and_their_spread_kept(make_sweep) -> None:
-    sweep = make_sweep(truths=TRUTHS, depths=DEPTHS, seeds=(0, 1, 2), noise=0.01, on_optimum=True)
+    sweep = make_sweep(truths=TRUTHS, depths=DEPTHS, seeds=(0, 1, 2), noise=0.01, on_optimum=True, eval_se=0.004)
     doc = report(sweep)
     size = doc["methods"]["pre"]["sizes"][0]
     assert size["seeds"] == [0, 1, 2] and len(size["loss_seeds"]) == 3
     assert size["loss"] == pytest.approx(float(np.mean(size["loss_seeds"])))
     assert size["loss_sd"] == pytest.approx(float(np.std(size["loss_seeds"], ddof=1)))
+    assert size["loss_se"] == pytest.approx(size["loss_sd"] / math.sqrt(3))
+    assert size["loss_se_seeds"] == [0.004] * 3 and size["loss_eval_se"] == pytest.approx(0.004 / math.sqrt(3))
     assert len(doc["methods"]["pre"]["loss_fit"]["points"]) == len(DEPTHS)
 
 

@@ -38,8 +38,10 @@ def test_size_labels_cover_every_axis():
 
 
 def test_states_answer_what_they_mean():
-    assert set(ACTIVE_STATES) == {"queued", "running"} and set(FINISHED_STATES) == {"ok", "diverged", "failed"}
-    assert [s for s in PointState if s.counts_as_diverged] == [PointState.DIVERGED]
+    assert set(ACTIVE_STATES) == {"queued", "running"}
+    assert set(FINISHED_STATES) == {"ok", "diverged", "stalled", "failed"}
+    assert [s for s in PointState if s.counts_as_diverged] == [PointState.DIVERGED, PointState.STALLED]
+    assert {s for s in CellStatus if s.learned_nothing} == {CellStatus.DIVERGED, CellStatus.STALLED}
     assert {s for s in CellStatus if not s.is_done} == {CellStatus.PENDING, CellStatus.RUNNING}
     assert f"{PointState.OK}" == "ok" and PointState("ok") is PointState.OK and "ok" in FINISHED_STATES
 

@@ -36,7 +36,7 @@ READERS = {  # every command that reads a sweep directory
     "status --json": ["status", "{dir}", "--json"],
     "optima": ["optima", "{dir}", "--format", "json"],
     "fit": ["fit", "{dir}", "--no-write", "--resamples", "200"],
-    "plots": ["plots", "{dir}", "--out", "{out}", "--format", "html"],
+    "plots": ["plots", "{dir}", "--out", "{out}", "--file-types", "html"],
 }
 
 

@@ -27,15 +27,22 @@ def book(**overrides) -> CellBook:
     return CellBook(build_plan(validate_data(raw), output="/tmp/unused").cells)
 
 
-def final(rows: list[PointRow], *, diverge_above: float = 1.0, corpus: str = "c1") -> StepReport:
+def final(rows: list[PointRow], *, diverge_above: float = 1.0, stall_above: float = 1.0, stalled_loss: float = 5.0,
+          corpus: str = "c1") -> StepReport:
+    """The last report of a trial: above `diverge_above` diverged, above `stall_above` stalled (at
+    `stalled_loss`, which a test may set below every ok loss), else ok at `loss_at`."""
     members, results = [], []
     for r in rows:
-        diverged = r.lr > diverge_above
-        loss = None if diverged else loss_at(r.lr)
-        members.append(MemberReport(r.lr, r.point_id, 4.0, loss, "diverged" if diverged else "ok",
-                                    diverged_step=7 if diverged else None, reason="loss NaN" if diverged else None))
-        results.append(PointResult(r.point_id, r.lr, "diverged" if diverged else "ok", loss, loss, None, 5.5,
-                                   7 if diverged else None, None, 30, 3840, 3.0, corpus, 1, 1, 1.0))
+        diverged, stalled = r.lr > diverge_above, diverge_above >= r.lr > stall_above
+        outcome = "diverged" if diverged else "stalled" if stalled else "ok"
+        loss = None if diverged else stalled_loss if stalled else loss_at(r.lr)
+        reason = "loss NaN" if diverged else "stalled: learned nothing beyond token frequencies" if stalled else None
+        members.append(MemberReport(r.lr, r.point_id, 4.0, loss, outcome, diverged_step=7 if diverged else None,
+                                    reason=reason, eval_loss_se=None if diverged else 0.05))
+        results.append(PointResult(r.point_id, r.lr, outcome, loss, loss if outcome == "ok" else None, None, 5.5,
+                                   7 if diverged else None, reason, 30, 3840, 3.0, corpus, 1, 1, 1.0,
+                                   loss_se=None if diverged else 0.05, unigram_entropy=5.2, unigram_loss=5.02,
+                                   loss_batches=None if diverged else [loss - 0.1, loss + 0.1]))
     return StepReport(30, 3840, 3.0, members, True, results=results)
 
 
@@ -96,6 +103,51 @@ def test_a_diverged_member_finishes_at_once_and_replayed_reports_change_nothing(
     assert sum(b.ignored.values()) == 1 and "diverged point" in next(iter(b.ignored))
 
 
+def run_to_the_end(b: CellBook, **kw) -> None:
+    n = 0
+    while (cid := b.next_cell()) is not None:
+        n += 1
+        play(b, cid, f"t{n}", **kw)
+
+
+def test_a_stalled_point_counts_like_a_diverged_one():
+    b = book()
+    b.refresh("pre/L2/s0")
+    # Above 0.004 every run stalls, at a loss below every ok loss: still never the optimum.
+    first = play(b, "pre/L2/s0", "t0", stall_above=0.004, stalled_loss=1.0)
+    curves = [c.curve.columns() for c in first if c.curve is not None]
+    assert curves and all(c["eval_loss_se"] == 0.05 for c in curves)  # every evaluation keeps its SE
+    run_to_the_end(b, stall_above=0.004, stalled_loss=1.0)
+    d = b.decisions["pre/L2/s0"]
+    points = b.points["pre/L2/s0"]
+    stalled = [r for r in points.values() if r.state is PointState.STALLED]
+    assert d.status == "bracketed" and d.best.lr <= 0.004 and stalled
+    assert d.neighbours[1] is not None and d.neighbours[1].state == "stalled"  # a stalled run brackets from above
+    for r in stalled:  # its loss, SE, baseline and batch losses are kept; its reason says why; no objective
+        assert r.loss == 1.0 and r.loss_se == 0.05 and r.objective is None and r.reason.startswith("stalled:")
+        assert r.unigram_loss == 5.02 and r.batch_losses() == [0.9, 1.1]
+    [row] = b.cell_rows(now=3.0)
+    assert row.n_stalled == len(stalled) and row.n_diverged == 0 and row.best_lr == d.best.lr
+
+
+def test_a_cell_whose_every_point_stalls_or_diverges_says_so():
+    stalls = book(lr={"center": 3e-3, "points": 3, "refine": False, "max_points": 5})
+    stalls.refresh("pre/L2/s0")
+    run_to_the_end(stalls, stall_above=1e-9)
+    d = stalls.decisions["pre/L2/s0"]
+    assert d.status is CellStatus.STALLED and d.status.learned_nothing and d.best is None
+    assert d.reason.startswith("every point stalled, down to the trial cap") and len(stalls.points["pre/L2/s0"]) == 5
+    mixed = book(lr={"center": 3e-3, "points": 3, "refine": False, "max_points": 4})
+    mixed.refresh("pre/L2/s0")
+    run_to_the_end(mixed, diverge_above=0.005, stall_above=1e-9)
+    d = mixed.decisions["pre/L2/s0"]
+    assert d.status is CellStatus.STALLED and d.reason.startswith("every point diverged or stalled")
+    diverges = book(lr={"center": 3e-3, "points": 3, "refine": False, "max_points": 4})
+    diverges.refresh("pre/L2/s0")
+    run_to_the_end(diverges, diverge_above=1e-9)
+    assert diverges.decisions["pre/L2/s0"].status is CellStatus.DIVERGED
+
+
 def test_a_trial_gone_fails_requeues_or_keeps_its_points():
     b = book()
     b.refresh("pre/L2/s0")
@@ -147,8 +199,9 @@ def test_load_resumes_reruns_and_retries():
 def test_one_table_of_transitions():
     assert transition(PointState.QUEUED, PointEvent.START) is PointState.RUNNING
     assert transition(PointState.FAILED, PointEvent.RETRY) is PointState.QUEUED
-    for state in (PointState.OK, PointState.DIVERGED, PointState.FAILED):
-        for event in (PointEvent.START, PointEvent.COMPLETE, PointEvent.REQUEUE, PointEvent.ASSIGN):
+    assert transition(PointState.RUNNING, PointEvent.STALL) is PointState.STALLED
+    for state in (PointState.OK, PointState.DIVERGED, PointState.STALLED, PointState.FAILED):
+        for event in (PointEvent.START, PointEvent.COMPLETE, PointEvent.STALL, PointEvent.REQUEUE, PointEvent.ASSIGN):
             with pytest.raises(IllegalTransition, match=f"a {state} point cannot {event.value}"):
                 transition(state, event)
 

@@ -34,6 +34,7 @@ methods: {methods}
 model: {{width: 32, heads: 2, depths: {depths}, seq_len: 32}}
 train: {{steps: {steps}, batch_size: 8, eval_every: 20, eval_batches: 2, report_every: 10, checkpoint_every: 10,
         schedule: {{warmup: 0.1}}}}
+divergence: {{stall_margin: null}}  # seconds of training learn little beyond byte frequencies (rule: tests/trials)
 lr: {lr}
 resources: {resources}
 concurrency: {concurrency}
@@ -72,6 +73,15 @@ def test_tiny_sweep_brackets_every_cell(ray_session, tmp_path, capsys):
         done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
         best = mine.filter(pl.col("state") == "ok").sort("objective")[0]
         assert min(t.value for t in done) == pytest.approx(best["objective"][0])
+    # Each cell kept the final weights of its best point (written by the real trial, kept by the driver).
+    from sweeper.run.weights import kept_dir, kept_point
+
+    for cid in cells["cell_id"]:
+        best = points.filter((pl.col("cell_id") == cid) & (pl.col("state") == "ok")).sort("objective")[0]
+        assert kept_point(kept_dir(sweep, cid)) == best["point_id"][0]
+        assert (kept_dir(sweep, cid) / "model.safetensors").stat().st_size > 0
+    assert not (sweep / "weights" / ".staging").exists()
+    assert (sweep / "driver.lock").read_text() == ""  # the lock names no driver once the sweep ended
     # optima reads the same numbers.
     assert main(["optima", str(sweep), "--format", "json"]) == 0
     optima = json.loads(capsys.readouterr().out)
@@ -117,6 +127,33 @@ def test_absurd_learning_rates_end_diverged_not_failed(ray_session, tmp_path, ca
     assert (points["diverged_step"] < 60).all(), "divergence ends a trial early"
     assert points["reason"].null_count() == 0
     assert load_cells(sweep)["status"].to_list() == ["diverged"]
+
+
+def test_a_cell_whose_every_point_stalls_ends_stalled_everywhere(ray_session, tmp_path, capsys):
+    """Deep Post-Norm at high learning rates learns nothing beyond byte frequencies in 60 steps (the
+    trial-level rule: tests/trials/test_stall_and_noise.py): with the stall rule on, the points end
+    `stalled` (not ok, not failed) in the store and the ledger, the cell ends `stalled`, and every
+    reader says so; the manifest keeps the corpus's unigram entropy."""
+    path = tiny_yaml(tmp_path, "stalls", methods="[post]", depths="[8]", steps=60, concurrency=1,
+                     lr="{grid: [1e-2, 3e-2], bounds: [1e-2, 3e-2], max_points: 2, refine: false}")
+    path.write_text(path.read_text().replace("divergence: {stall_margin: null}", "divergence: {stall_margin: 0.05}")
+                    .replace("checkpoint_every: 10", "checkpoint_every: 60"))  # no checkpoint before the end: faster
+    assert main(["launch", str(path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "1 stalled" in out and "found no usable learning rate" in out
+    sweep = tmp_path / "stalls"
+    points = load_points(sweep)
+    assert points["state"].to_list() == ["stalled", "stalled"], points.select("lr", "state", "loss", "reason")
+    assert points["reason"].str.starts_with("stalled:").all() and points["loss"].is_not_null().all()
+    assert points["objective"].is_null().all() and points["loss_se"].is_not_null().all()
+    assert (points["loss"] > points["unigram_loss"] - 0.05).all()
+    assert load_cells(sweep)["status"].to_list() == ["stalled"]
+    study = optuna.load_study(study_name="post/L8/s0", storage=storage_url("sqlite", sweep))
+    assert {t.user_attrs["state"] for t in study.trials} == {"stalled"}
+    manifest = json.loads((sweep / "manifest.json").read_text())
+    assert manifest["unigram_entropy"]["exact"] and manifest["stall_margin"] == 0.05
+    assert main(["optima", str(sweep)]) == 0
+    assert "all stalled" in capsys.readouterr().out
 
 
 def _wait_for(predicate, timeout: float, what: str) -> None:

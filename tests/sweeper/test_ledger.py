@@ -61,6 +61,20 @@ def test_points_round_trip(ledger):
     assert again["pre/L2/s0/lr=0.004"].state == "ok" and again["pre/L2/s0/lr=0.004"].attempt == 2
 
 
+def test_a_stalled_point_round_trips_with_its_reason_and_loss(ledger):
+    row = queued(2e-2, "t1")
+    entry = ledger.open(row, (1e-6, 1.0), {"method": "pre", "size": "L2", "depth": 2})
+    stalled = row.evolve(state=PointState.STALLED, loss=3.2457, loss_se=0.06, unigram_loss=3.2449,
+                         loss_batches="[3.1,3.3]", reason="stalled: final eval loss 3.2457 is within 0.05 nats")
+    ledger.finish(entry, stalled)
+    [back] = OptunaLedger(ledger.url).load()
+    assert back.row == stalled and back.row.state is PointState.STALLED and back.row.batch_losses() == [3.1, 3.3]
+    if ledger.url.startswith("sqlite"):  # for Optuna it is pruned (no value), with its own reason
+        [trial] = optuna.load_study(study_name="pre/L2/s0", storage=ledger.url).trials
+        assert trial.state == optuna.trial.TrialState.PRUNED and trial.user_attrs["reason"].startswith("stalled:")
+        assert trial.user_attrs["state"] == "stalled"
+
+
 def test_the_ledger_is_an_ordinary_optuna_study(tmp_path):
     ledger = OptunaLedger(storage_url("sqlite", tmp_path))
     cell = CellFacts(cell_id="post/L4/s1", method="post", size="L4", seed=1)

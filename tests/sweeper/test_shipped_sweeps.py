@@ -18,7 +18,17 @@ PREPARED = {"depth.yaml", "ladder.yaml"}  # token corpora made by `sweeper data 
 
 def test_the_sweeps_folder_holds_the_documented_sweeps():
     names = {p.name for p in SWEEPS.glob("*.yaml")}
-    assert {"quickstart.yaml", "quickstart-vit.yaml", "depth.yaml", "ladder.yaml", "parcae.yaml", "vit.yaml"} <= names
+    assert {"quickstart.yaml", "quickstart-vit.yaml", "depth.yaml", "ladder.yaml", "parcae.yaml", "vit.yaml",
+            "depth-laptop.yaml"} <= names
+
+
+def test_the_quickstart_says_what_to_run_next_for_a_depth_result():
+    """Printed when the quickstart finishes: the laptop depth study, and how long it takes."""
+    text = load_sweep(SWEEPS / "quickstart.yaml").config.next
+    assert "sweeper launch sweeps/depth-laptop.yaml" in text and "minutes on 2 CPU cores" in text
+    laptop = load_sweep(SWEEPS / "depth-laptop.yaml").config
+    assert [m.name for m in laptop.methods] == ["pre", "post", "layerrope"] and len(laptop.seeds) >= 2
+    assert max(laptop.model.depths) >= 16 * min(laptop.model.depths) and laptop.data.source == "builtin"
 
 
 @pytest.mark.parametrize("path", sorted(SWEEPS.glob("*.yaml")), ids=lambda p: p.name)

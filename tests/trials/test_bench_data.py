@@ -38,7 +38,7 @@ def test_figures_follow_from_the_timings(byte_corpus: Path) -> None:
 
 
 def test_cli_compares_the_data_path_with_the_step(byte_corpus: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["bench", "--width", "32", "--depth", "1", "--seq-len", "16", "--batch", "2", "--steps", "5", "--warmup", "1",
+    args = ["bench", "--width", "32", "--depth", "1", "--seq-len", "16", "--batch-size", "2", "--steps", "5", "--warmup", "1",
             "--threads", "1", "--data", "--data-path", str(byte_corpus)]
     assert main([*args, "--json"]) == 0
     result = json.loads(capsys.readouterr().out)

@@ -123,14 +123,15 @@ def test_the_thread_stops_when_closed_or_dropped() -> None:
 
 def test_a_trial_reads_through_the_prefetcher_and_leaves_no_thread() -> None:
     from models import ModelConfig
-    from trials.config import TrainConfig
+    from trials.config import DivergenceConfig, TrainConfig
     from trials.run import run_trial
     from trials.spec import TrialSpec
     from trials.train import Trial
 
     spec = TrialSpec(model=ModelConfig(scheme="pre", width=32, depth=1, n_heads=1, vocab=50, seq_len=16),
                      train=TrainConfig(steps=3, batch_size=2, eval_every=3, eval_batches=1),
-                     data=DataConfig(source="synthetic", synthetic_vocab=50, synthetic_tokens=8192), lrs=[1e-3], seed=0)
+                     data=DataConfig(source="synthetic", synthetic_vocab=50, synthetic_tokens=8192), lrs=[1e-3], seed=0,
+                     divergence=DivergenceConfig(stall_margin=None))  # 3 steps learn nothing: no stall rule here
     assert isinstance(Trial(spec).stream, Prefetcher)
     gc.collect()
     before = _threads()

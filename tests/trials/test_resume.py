@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 
 from models import ModelConfig
 from trials.checkpoint import latest_checkpoint, list_checkpoints
-from trials.config import DataConfig, ScheduleConfig, TrainConfig
+from trials.config import DataConfig, DivergenceConfig, ScheduleConfig, TrainConfig
 from trials.errors import TrialInputError
 from trials.run import run_trial
 from trials.spec import PointResult, StepReport, TrialSpec
@@ -31,6 +31,7 @@ def make_spec(lrs: list[float], **train: object) -> TrialSpec:
         lrs=lrs,
         seed=1,
         point_ids=[f"p{i}" for i in range(len(lrs))],
+        divergence=DivergenceConfig(stall_margin=None),  # 16 steps learn little: the stall rule is tested elsewhere
     )
 
 
@@ -84,6 +85,16 @@ def test_export_layout(tmp_path: Path) -> None:
         w = weights(tmp_path / "w" / str(i))
         assert w["head"].shape == (32, 48) and w["tok_emb"].shape == (48, 32)  # the K dimension removed
     assert results[1].outcome == "diverged"
+
+
+def test_export_of_the_best_member_only(tmp_path: Path) -> None:
+    spec = make_spec([3e-3, 1e-2, 60.0], steps=6)
+    results = run_trial(spec, export_dir=tmp_path / "w", export_best_only=True)
+    ok = [r for r in results if r.outcome == "ok"]
+    best = min(ok, key=lambda r: r.objective)
+    (folder,) = (tmp_path / "w").iterdir()  # one member written: the lowest objective among the ok ones
+    assert folder.name == str(results.index(best))
+    assert json.loads((folder / "config.json").read_text())["point_id"] == best.point_id
 
 
 def test_finished_checkpoint_returns_results_without_training(tmp_path: Path) -> None:

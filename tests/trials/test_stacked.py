@@ -9,12 +9,14 @@ import pytest
 import torch
 
 from models import ModelConfig, build_model
-from trials.config import DataConfig, OptimizerConfig, ScheduleConfig, TrainConfig
+from trials.config import DataConfig, DivergenceConfig, OptimizerConfig, ScheduleConfig, TrainConfig
 from trials.optim import StackedAdamW
 from trials.run import run_trial
 from trials.spec import TrialSpec
 
 SYNTH = DataConfig(source="synthetic", synthetic_vocab=48, synthetic_tokens=8192)
+# A few steps learn little beyond frequencies: the stall rule (tests/trials/test_stall_and_noise.py) is off here.
+NO_STALL = DivergenceConfig(stall_margin=None)
 
 
 def tiny(scheme: str = "layerrope", **kw: object) -> ModelConfig:
@@ -83,7 +85,8 @@ def spec(lrs: list[float], **train: object) -> TrialSpec:
     recipe = dict(steps=12, batch_size=4, eval_every=6, eval_batches=2, schedule=ScheduleConfig(warmup=3),
                   optimizer=OptimizerConfig(grad_clip=1.0))
     recipe.update(train)
-    return TrialSpec(model=tiny(), train=TrainConfig(**recipe), data=SYNTH, lrs=lrs, seed=3)  # type: ignore[arg-type]
+    return TrialSpec(model=tiny(), train=TrainConfig(**recipe), data=SYNTH, lrs=lrs, seed=3,  # type: ignore[arg-type]
+                     divergence=NO_STALL)
 
 
 def test_trial_stack_equals_separate_trials() -> None:

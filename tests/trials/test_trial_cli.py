@@ -19,7 +19,7 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
     return code, out, err
 
 
-BASE = ["--method", "pre", "--depth", "1", "--width", "32", "--seq-len", "16", "--batch", "2"]
+BASE = ["--method", "pre", "--depth", "1", "--width", "32", "--seq-len", "16", "--batch-size", "2"]
 
 
 @pytest.mark.parametrize(
@@ -52,6 +52,7 @@ def test_bad_method_answers_without_importing_torch() -> None:
 def test_tiny_trial_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, out, err = run_cli(
         capsys, *BASE, "--lr", "3e-3", "--lr", "100", "--steps", "8", "--data", "synthetic", "--train", "eval_every=4",
+        "--divergence", "stall_margin=null",  # 8 steps learn little: the stall rule is tested in test_stall_and_noise
         "--export-dir", str(tmp_path / "w"), "--json",
     )
     assert code == 0, err
@@ -68,7 +69,10 @@ def test_tiny_trial_table(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli(capsys, *BASE, "--lr", "3e-3", "--steps", "4", "--data", "synthetic")
     assert code == 0, err
     assert "pre L1 d32" in out and "synthetic:" in out
-    assert "final eval loss" in out and " ok " in out and "tokens/s" in out
+    assert "final eval loss" in out and "tokens/s" in out
+    # Four steps learn nothing beyond token frequencies: the header names the baseline, the row says stalled.
+    assert "unigram entropy" in out and "frequency-only loss on the eval batches" in out
+    assert " stalled " in out and " ok " not in out
 
 
 def test_ctrl_c_stops_after_the_step_with_a_checkpoint(tmp_path: Path) -> None:

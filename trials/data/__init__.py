@@ -5,16 +5,19 @@
 `tokens` (pre-tokenized binaries), `hf` (Hugging Face datasets, optional extra) and
 `synthetic` (tests), and for the ViT `images` / `builtin_images` (`trials.data.images`, an
 `ImageSource`: labelled images instead of tokens). Every source has a vocabulary size and a fingerprint that is stored with
-each result, and gives training batches in an order fixed by a seed with an exact position.
+each result, gives training batches in an order fixed by a seed with an exact position, and knows
+the loss of a model that learned only its frequencies (`unigram_entropy()`, `trials.data.unigram`).
 """
 
 from __future__ import annotations
 
 from trials.config import DataConfig
 from trials.data.base import ArrayTokenSource, BatchStream, TokenSource, cache_root
+from trials.data.unigram import UnigramEntropy
 from trials.errors import TrialInputError
 
-__all__ = ["ArrayTokenSource", "BatchStream", "TokenSource", "cache_root", "open_source", "check_vocab"]
+__all__ = ["ArrayTokenSource", "BatchStream", "TokenSource", "UnigramEntropy", "cache_root", "check_vocab", "open_source",
+           "unigram_entropy"]
 
 
 def open_source(cfg: DataConfig) -> TokenSource:
@@ -55,3 +58,10 @@ def check_vocab(model_vocab: int, source: TokenSource) -> None:
             f"model.vocab {model_vocab} is smaller than the data's vocabulary {source.vocab} "
             f"({source.description}); set model.vocab >= {source.vocab}"
         )
+
+
+def unigram_entropy(cfg: DataConfig) -> UnigramEntropy:
+    """The frequency-only loss of the data `cfg` names: the unigram entropy of its training tokens
+    (exact for local data, estimated for `hf`), or the class-frequency entropy of an image set.
+    No torch: the controller calls it on a planned data config (cached by the corpus fingerprint)."""
+    return open_source(cfg).unigram_entropy()

@@ -19,11 +19,14 @@ import os
 from abc import ABC, abstractmethod
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from trials.errors import TrialInputError
+
+if TYPE_CHECKING:
+    from trials.data.unigram import UnigramEntropy
 
 
 class BatchStream(ABC):
@@ -56,6 +59,10 @@ class TokenSource(ABC):
     @abstractmethod
     def eval_batches(self, n_batches: int, batch_size: int, seq_len: int) -> list[np.ndarray]:
         """Held-out batches, identical for every seed, learning rate and member."""
+
+    @abstractmethod
+    def unigram_entropy(self) -> "UnigramEntropy":
+        """The loss of predicting every token by its training frequency (`trials.data.unigram`)."""
 
 
 def seed_words(*values: int) -> list[int]:
@@ -144,6 +151,12 @@ class ArrayTokenSource(TokenSource):
         starts = np.linspace(0, len(self.val) - window, count).round().astype(np.int64)
         rows = np.stack([np.asarray(self.val[s : s + window], dtype=np.int64) for s in starts])
         return [rows[i * batch_size : (i + 1) * batch_size] for i in range(n_batches)]
+
+    def unigram_entropy(self) -> "UnigramEntropy":
+        """Exact: every training token counted (once per fingerprint; then read from the cache)."""
+        from trials.data.unigram import exact_tokens  # a module that imports this one
+
+        return exact_tokens(self.fingerprint, self.train, self.vocab)
 
 
 # ---- the on-disk cache shared by the sources that tokenize once ----------------------------

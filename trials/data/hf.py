@@ -13,6 +13,9 @@ skips documents without tokenizing them and continues exactly.
 Evaluation uses the first sequences of `data.val_split` in its stored order; when the
 dataset has no such split, documents are held out from `data.split` by a hash of their text
 (`data.val_fraction`) and the training stream skips them.
+
+The unigram entropy (`trials.data.unigram`) is estimated from the first training tokens in
+stored order; the estimate states how many it counted.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import numpy as np
 from trials.config import DataConfig
 from trials.data.base import BatchStream, TokenSource, in_val_split, seed_words
 from trials.data.tokenizer import HF_EXTRA_HINT, Tokenizer, load_tokenizer
+from trials.data.unigram import HF_SAMPLE_TOKENS, UnigramEntropy, estimated_tokens
 from trials.errors import TrialInputError
 
 _ENCODE_BATCH = 64
@@ -167,6 +171,16 @@ class HFTokenSource(TokenSource):
 
     def train_stream(self, batch_size: int, seq_len: int, seed: int) -> BatchStream:
         return HFBatchStream(self, batch_size, seq_len, seed)
+
+    def unigram_entropy(self) -> UnigramEntropy:
+        """Estimated from the first `HF_SAMPLE_TOKENS` training tokens in stored order (cached)."""
+
+        def chunks() -> Iterator[np.ndarray]:
+            texts = (t for t in self.train.texts(None, 0, 0) if not self.is_held_out(t))
+            while chunk := list(itertools.islice(texts, _ENCODE_BATCH)):
+                yield from self.tokenizer.encode_batch(chunk)
+
+        return estimated_tokens(self.fingerprint, chunks(), self.vocab, HF_SAMPLE_TOKENS)
 
     def eval_batches(self, n_batches: int, batch_size: int, seq_len: int) -> list[np.ndarray]:
         key = (n_batches, batch_size, seq_len)

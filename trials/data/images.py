@@ -43,6 +43,7 @@ import numpy as np
 
 from trials.config import DataConfig
 from trials.data.base import cache_root, digest, in_val_split, seed_words, write_atomic
+from trials.data.unigram import UnigramEntropy, class_entropy
 from trials.errors import TrialInputError
 
 PIL_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
@@ -161,6 +162,14 @@ class ImageSource(ABC):
     @abstractmethod
     def _load(self, image_size: int, channels: int) -> ImageArrays: ...
 
+    @abstractmethod
+    def train_labels(self) -> np.ndarray:
+        """The class of every training image, without decoding any image."""
+
+    def unigram_entropy(self) -> UnigramEntropy:
+        """The chance loss: the entropy of the training labels' class frequencies."""
+        return class_entropy(self.fingerprint, self.train_labels())
+
     def train_stream(self, batch_size: int, seed: int, image_size: int, channels: int, repeats: int = 1) -> ImageBatchStream:
         return ImageBatchStream(self.arrays(image_size, channels), batch_size, seed, repeats=repeats)
 
@@ -236,6 +245,16 @@ class BuiltinImages(ImageSource):
         self.fingerprint = f"builtin_images:v{BUILTIN_VERSION}:c{classes}:n{per_class}:seed{seed}:val{val_fraction:g}"
         self.description = f"built-in shapes and textures ({classes} classes x {per_class} images)"
 
+    def _rng(self) -> np.random.Generator:
+        return np.random.default_rng(seed_words(self.seed, BUILTIN_VERSION, self.classes, self.per_class))
+
+    def _labels(self, rng: np.random.Generator) -> np.ndarray:
+        """Every image's class, in order: the generator's first draw (the images are drawn after it)."""
+        return rng.permutation(np.repeat(np.arange(self.classes), self.per_class))
+
+    def train_labels(self) -> np.ndarray:
+        return self._labels(self._rng())[: self.classes * self.per_class - self.n_val]
+
     def _load(self, image_size: int, channels: int) -> ImageArrays:
         """Drawn once per resolution and kept in the cache folder (a new trial process loads it in milliseconds)."""
         folder = cache_root() / "images" / f"builtin-{digest(self.fingerprint, image_size, channels)}"
@@ -248,8 +267,8 @@ class BuiltinImages(ImageSource):
             except (OSError, ValueError, KeyError):
                 pass  # a damaged entry: draw again
         total = self.classes * self.per_class
-        rng = np.random.default_rng(seed_words(self.seed, BUILTIN_VERSION, self.classes, self.per_class))
-        labels = rng.permutation(np.repeat(np.arange(self.classes), self.per_class))
+        rng = self._rng()
+        labels = self._labels(rng)
         images = render_shapes(labels, image_size, rng)
         if channels == 1:
             images = to_grey(images)
@@ -504,6 +523,9 @@ class FolderImages(ImageSource):
         self.fingerprint = f"images:folder:{len(self.train)}+{len(self.val)}:{self.signature}:{split}"
         self.description = f"image folder {root} ({self.vocab} classes, {len(self.train)} train + {len(self.val)} val images)"
 
+    def train_labels(self) -> np.ndarray:
+        return np.array([label for _, label in self.train], dtype=np.int64)
+
     def _load(self, image_size: int, channels: int) -> ImageArrays:
         folder = cache_root() / "images" / f"folder-{digest(self.signature, image_size, channels)}"
         meta_path = folder / "meta.json"
@@ -626,6 +648,9 @@ class NpzImages(ImageSource):
         split = "val_path" if val_path else ("x_val" if "x_val" in arrays else f"val{val_fraction:g}")
         self.fingerprint = f"images:npz:sha256-{sha.hexdigest()[:16]}:{split}"
         self.description = f"image arrays {path.name} ({self.vocab} classes, {len(self.y)} train + {len(self.vy)} val images)"
+
+    def train_labels(self) -> np.ndarray:
+        return self.y
 
     def _load(self, image_size: int, channels: int) -> ImageArrays:
         def convert(x: np.ndarray) -> np.ndarray:

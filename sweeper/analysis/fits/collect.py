@@ -5,15 +5,19 @@ Rules (stated in `sweeper fit`'s output and in fits.json's `inputs`):
   neighbour on each side. `edge` cells (best at the edge of the swept grid, so the true
   optimum may lie beyond it) are **excluded** by default and listed with the reason;
   `include_edge=True` takes them in, each named in a warning, because their loss is only an
-  upper bound and their LR a bound. Pending, running and all-diverged cells are excluded.
-- A cell's loss is its best objective among `ok` points; diverged and failed points never
-  enter a loss fit. Its optimal LR is the driver's interpolated optimum (parabola in log
+  upper bound and their LR a bound. Pending, running, all-diverged and all-stalled cells are
+  excluded (a `diverged` or `stalled` cell found no usable learning rate: the method fails at
+  that size; `SweepResults.failed` lists them for the figures).
+- A cell's loss is its best objective among `ok` points; diverged, stalled (trained to the end
+  at the loss of predicting by token frequencies) and failed points never enter a loss fit. Its optimal LR is the driver's interpolated optimum (parabola in log
   LR, `sweeper.search.bracketing.interpolate_optimum`, stored in cells.parquet) when available,
   otherwise the grid best (`lr_source="grid"` forces the grid best).
 - Several seeds of one (method, size): the loss is the mean of the seeds' best objectives,
-  the optimal LR the geometric mean; the seeds' spread is kept for the output.
-- Sensitivity is computed per finished cell (bracketed, edge or diverged) from all its
-  finished points except failed ones (a crash says nothing about the loss).
+  the optimal LR the geometric mean; the seeds' spread is kept for the output, and so is each
+  best point's standard error over the eval batches (`loss_se`).
+- Sensitivity is computed per finished cell (bracketed, edge, diverged or stalled) from all its
+  finished points except failed ones (a crash says nothing about the loss); a stalled point
+  counts as diverged there.
 
 Reads through `sweeper.records.store` only (polars); the fitting modules never touch the store.
 """
@@ -37,7 +41,9 @@ NDef = Literal["nonembed", "total"]
 CDef = Literal["flops", "6nd"]
 
 FITTABLE = ("bracketed",)
-FINISHED_CELL = ("bracketed", "edge", "diverged")
+FINISHED_CELL = ("bracketed", "edge", "diverged", "stalled")
+NO_OPTIMUM = ("diverged", "stalled")  # done, and every informative point diverged or stalled
+WORSE_THAN_OK = ("diverged", "stalled")  # point states that count as worse than any ok point
 
 
 @dataclass(frozen=True)
@@ -100,10 +106,28 @@ class SizeResult:
     seeds: list[int]
     statuses: list[str]
     cell_ids: list[str]
+    loss_se_seeds: list[float | None] = field(default_factory=list)  # each seed's best point: SE over the eval batches
 
     @property
     def objective_sd(self) -> float | None:
+        """The seeds' spread: the standard deviation of their best objectives."""
         return float(np.std(self.objective_seeds, ddof=1)) if len(self.objective_seeds) > 1 else None
+
+    @property
+    def objective_se(self) -> float | None:
+        """The standard error of the mean over seeds: from their spread with two or more seeds (it
+        includes the evaluation noise), else the one seed's evaluation SE."""
+        if len(self.objective_seeds) > 1:
+            return float(np.std(self.objective_seeds, ddof=1) / math.sqrt(len(self.objective_seeds)))
+        return self.loss_se_seeds[0] if self.loss_se_seeds else None
+
+    @property
+    def eval_se(self) -> float | None:
+        """The evaluation noise alone of the seeds' mean: sqrt(sum of the best points' SE²) / n."""
+        ses = [v for v in self.loss_se_seeds if v is not None]
+        if not ses or len(ses) != len(self.objective_seeds):
+            return None
+        return float(math.sqrt(sum(v * v for v in ses)) / len(ses))
 
 
 @dataclass
@@ -129,6 +153,7 @@ class SweepResults:
     excluded: list[dict[str, str]] = field(default_factory=list)
     edge_included: list[str] = field(default_factory=list)
     cells: list[CellSensitivity] = field(default_factory=list)
+    failed: list[dict[str, Any]] = field(default_factory=list)  # cells with no usable LR (diverged or stalled)
     n_cells: int = 0
     loops_axis: bool = False  # a loop-count sweep of the looped family: `Scale.depth` is the loop count
 
@@ -169,21 +194,29 @@ def collect(
     excluded: list[dict[str, str]] = []
     edge_included: list[str] = []
     sens: list[CellSensitivity] = []
+    failed_cells: list[dict[str, Any]] = []
     for cell in cells.sort("cell_id").iter_rows(named=True):
         cid, status = cell["cell_id"], cell["status"]
         rows = by_cell.get(cid, [])
-        finished = [r for r in rows if r["state"] in ("ok", "diverged")]
+        finished = [r for r in rows if r["state"] in ("ok", *WORSE_THAN_OK)]
         ok = [r for r in finished if r["state"] == "ok" and _f(r["objective"]) is not None]
         if status in FINISHED_CELL and finished and any(
-                r["state"] == "diverged" or _f(r["loss"]) is not None or _f(r["objective"]) is not None
+                r["state"] in WORSE_THAN_OK or _f(r["loss"]) is not None or _f(r["objective"]) is not None
                 for r in finished):
             sens.append(_cell_sensitivity(cell, finished))
+        if status in NO_OPTIMUM:
+            failed_cells.append({"cell_id": cid, "method": cell["method"], "size": cell["size"],
+                                 "seed": int(cell["seed"] or 0), "status": status,
+                                 "n_diverged": sum(r["state"] == "diverged" for r in rows),
+                                 "n_stalled": sum(r["state"] == "stalled" for r in rows)})
         if status == "edge" and not include_edge:
             excluded.append({"cell_id": cid, "reason": "edge: best LR at the edge of the swept grid "
                              "(optimum may lie beyond; --include-edge to fit it anyway)"})
             continue
         if status not in FITTABLE and status != "edge":
-            reason = {"diverged": "every finished point diverged", "failed": "every point failed (crashed)",
+            reason = {"diverged": "every finished point diverged",
+                      "stalled": "every finished point diverged or stalled (learned nothing beyond token frequencies)",
+                      "failed": "every point failed (crashed)",
                       "pending": "not started", "running": "still running"}.get(status, f"status {status}")
             excluded.append({"cell_id": cid, "reason": reason})
             continue
@@ -210,6 +243,8 @@ def collect(
             hint = "; rerun with --include-edge to fit edge cells anyway"
         elif counts.get("diverged") and len(counts) == 1:
             hint = "; every cell diverged: lower the LR range in the sweep's YAML"
+        elif set(counts) <= set(NO_OPTIMUM):
+            hint = "; no cell found a usable learning rate (every point diverged or stalled)"
         raise UserError(f"{root}: no bracketed cells to fit ({summary}){hint}")
 
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -217,7 +252,7 @@ def collect(
         groups.setdefault((item["cell"]["method"], item["cell"]["size"]), []).append(item)
     sizes = [_size_result(method, size, items) for (method, size), items in sorted(groups.items())]
     return SweepResults(name=name, default_x=default_x, sizes=sizes, excluded=excluded,
-                        edge_included=edge_included, cells=sens, n_cells=cells.height,
+                        edge_included=edge_included, cells=sens, failed=failed_cells, n_cells=cells.height,
                         loops_axis=manifest.get("x") == "loops")
 
 
@@ -238,14 +273,15 @@ def _size_result(method: str, size: str, items: list[dict[str, Any]]) -> SizeRes
         seeds=[int(it["cell"]["seed"] or 0) for it in items],
         statuses=[str(it["cell"]["status"]) for it in items],
         cell_ids=[str(it["cell"]["cell_id"]) for it in items],
+        loss_se_seeds=[_f(b.get("loss_se")) for b in best],
     )
 
 
 def _cell_sensitivity(cell: dict[str, Any], finished: list[dict[str, Any]]) -> CellSensitivity:
-    finished = [r for r in finished if r["state"] == "diverged" or _f(r["loss"]) is not None
+    finished = [r for r in finished if r["state"] in WORSE_THAN_OK or _f(r["loss"]) is not None
                 or _f(r["objective"]) is not None]
     lrs = np.array([float(r["lr"]) for r in finished])
-    diverged = np.array([r["state"] == "diverged" for r in finished])
+    diverged = np.array([r["state"] in WORSE_THAN_OK for r in finished])
     losses = np.array([
         (_f(r["loss"]) if _f(r["loss"]) is not None else _f(r["objective"])) if r["state"] == "ok" else None
         for r in finished

@@ -137,11 +137,12 @@ def build_report(results: SweepResults, opts: FitOptions) -> dict[str, Any]:
         "inputs": {
             "rule": ("per (method, size): best objective among ok points of bracketed cells, mean over seeds; "
                      + ("edge cells included with a warning" if opts.include_edge else "edge cells excluded")
-                     + "; diverged and failed points never enter a loss fit"),
+                     + "; diverged, stalled and failed points never enter a loss fit"),
             "lr_source": opts.lr_source,
             "n_cells": results.n_cells,
             "excluded": results.excluded,
             "edge_included": results.edge_included,
+            "failed": results.failed,  # cells with no usable LR: every point diverged or stalled
         },
         "options": {"resamples": opts.resamples, "seed": opts.seed, "bootstrap": opts.scheme, "level": 0.95,
                     "n_def": opts.n_def, "c_def": opts.c_def},
@@ -192,7 +193,10 @@ def _size_row(s: SizeResult, opts: FitOptions) -> dict[str, Any]:
         "tokens": s.scale.tokens,
         "loss": s.objective,
         "loss_seeds": s.objective_seeds,
-        "loss_sd": s.objective_sd,
+        "loss_sd": s.objective_sd,  # the seeds' spread
+        "loss_se": s.objective_se,  # SE of the mean over seeds (from their spread; one seed: its eval SE)
+        "loss_eval_se": s.eval_se,  # the evaluation noise alone (the best points' SEs over the eval batches)
+        "loss_se_seeds": s.loss_se_seeds,
         "lr_opt": s.lr_opt,
         "lr_opt_seeds": s.lr_opt_seeds,
         "lr_source": s.lr_sources,
