@@ -138,7 +138,7 @@ def recorded_overrides(sweep_dir: Path) -> list[str]:
 def print_summary(summary: Any, console: Any) -> None:
     from rich.text import Text  # (see `run`)
 
-    from sweeper.records.table import counts_line
+    from sweeper.records.table import counts_line, labelled
 
     done = sum(summary.counts.values())
     verb = "stopped" if summary.interrupted else "finished"
