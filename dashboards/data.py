@@ -213,11 +213,14 @@ def order_sizes(points: pl.DataFrame, cells: pl.DataFrame) -> list[str]:
 
 
 def sweep_name(sweep_dir: str | os.PathLike[str], manifest: dict[str, Any]) -> str:
+    """The sweep's name as every figure and the dashboard header show it: marked when simulated."""
+    name = Path(sweep_dir).resolve().name
     for key in ("name", "sweep", "sweep_name"):
         value = manifest.get(key)
         if isinstance(value, str) and value:
-            return value
-    return Path(sweep_dir).resolve().name
+            name = value
+            break
+    return f"{name} [SIMULATED: planted losses]" if manifest.get("simulated") else name
 
 
 def load_sweep(sweep_dir: str | os.PathLike[str]) -> SweepData:

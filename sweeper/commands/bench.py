@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 from typing import Any
 
@@ -68,6 +69,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--data-path", default=None, metavar="PATH",
                    help="train on (and with --data measure) a prepared corpus (`sweeper data prepare`) or token file; "
                         "--vocab defaults to its vocabulary")
+    p.add_argument("--no-cache", action="store_true",
+                   help="do not record the measurement for cost plans (default: kept per shape, device and mode in "
+                        "$LAYERROPE_SWEEPER_BENCH_CACHE or ~/.cache/layerrope-sweeper/bench.json; launch --dry-run "
+                        "uses it)")
     add_format(p)
     suite = p.add_argument_group("the GPU suite (every GPU check in one run; see `sweeper.commands.bench_suite`)")
     suite.add_argument("--suite", choices=["gpu"], default=None,
@@ -166,10 +171,21 @@ def run(args: argparse.Namespace) -> int:
             result["data_path"] = data_path_figures(settings, data, result)
     except TrialInputError as exc:
         raise UserError(exc.message) from None
+    if not args.no_cache:
+        from sweeper.records import bench_cache
+
+        try:
+            result["cached_in"] = str(bench_cache.record(bench_cache.from_bench(result, "sweeper " + " ".join(
+                sys.argv[1:]))))
+        except OSError as exc:  # a read-only home: the measurement is still printed
+            result["cached_in"] = None
+            print(f"warning: the measurement was not cached ({exc})", file=sys.stderr)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         print_result(result)
+        if result.get("cached_in"):
+            print(f"recorded for cost plans (launch --dry-run) in {result['cached_in']}")
     return 0
 
 

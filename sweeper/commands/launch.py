@@ -18,9 +18,9 @@ from typing import Any
 
 from sweeper.cliargs import add_format, add_out, add_overrides
 from sweeper.errors import UserError
-from sweeper.search.bracketing import initial_grid
 
 DEFAULT_THROUGHPUT = 2e14  # FLOP/s per GPU for --dry-run estimates: ~25% of an H100/H200's dense bf16 peak
+DEFAULT_CPU_THROUGHPUT = 2e10  # FLOP/s per CPU core (sweeper.search.cost)
 
 
 def register(subparsers: Any) -> None:
@@ -39,8 +39,22 @@ def register(subparsers: Any) -> None:
             metavar="DIR")
     parser.add_argument("--dry-run", action="store_true", help="print the plan (cells, grids, FLOPs, GPU-hours) and exit")
     parser.add_argument("--throughput", type=float, default=DEFAULT_THROUGHPUT,
-                        help=f"FLOP/s per GPU assumed by --dry-run (default {DEFAULT_THROUGHPUT:.0e})")
+                        help=f"FLOP/s per GPU that --dry-run assumes for shapes `sweeper bench` has not measured "
+                             f"(default {DEFAULT_THROUGHPUT:.0e})")
+    parser.add_argument("--cpu-throughput", type=float, default=DEFAULT_CPU_THROUGHPUT,
+                        help=f"FLOP/s per CPU core that --dry-run assumes for CPU trials `sweeper bench` has not "
+                             f"measured (default {DEFAULT_CPU_THROUGHPUT:.0e})")
+    parser.add_argument("--pool", type=float, metavar="N",
+                        help="--dry-run: the GPUs (CPUs for a CPU-only sweep) its wall-time estimate assumes (default: ray.num_gpus, else 8 GPUs "
+                             "for a GPU sweep; ray.num_cpus, else 2 CPUs for a CPU sweep)")
     parser.add_argument("--retry-failed", action="store_true", help="run failed points again")
+    parser.add_argument("--simulate", metavar="SURFACE.yaml",
+                        help="run the real controller with simulated trials that report a planted loss surface on a "
+                             "virtual GPU pool (sweeps/surfaces/study.yaml); the sweep directory is marked simulated")
+    parser.add_argument("--virtual-gpus", type=int, metavar="N",
+                        help="with --simulate: the virtual pool's GPU count (overrides the surface's pool.gpus)")
+    parser.add_argument("--time-compression", type=float, metavar="X",
+                        help="with --simulate: simulated seconds per wall second (overrides the surface's)")
     add_format(parser)
     parser.set_defaults(func=run)
 
@@ -50,9 +64,11 @@ def run(args: argparse.Namespace) -> int:
     # Here, not at the top: the CLI imports every command module when it starts (`sweeper validate`'s speed).
     from sweeper.spec.schema import load_sweep
 
-    if args.throughput is not None and not args.throughput > 0:
-        raise UserError(f"--throughput: must be > 0 FLOP/s (got {args.throughput})")
-    validated = load_sweep(args.file, need_data=not args.dry_run, overrides=args.overrides)
+    for flag, value in (("--throughput", args.throughput), ("--cpu-throughput", args.cpu_throughput),
+                        ("--pool", args.pool)):
+        if value is not None and not value > 0:
+            raise UserError(f"{flag}: must be > 0 (got {value:g})")
+    validated = load_sweep(args.file, need_data=not (args.dry_run or args.simulate), overrides=args.overrides)
     from sweeper.records.table import labelled, make_console  # a bad file is refused before these load
     from sweeper.search.planner import build_plan
 
@@ -74,14 +90,33 @@ def run(args: argparse.Namespace) -> int:
 
     memory = checked_memory(plan)  # stack: auto refuses a cell that cannot fit one member
     if args.dry_run:
-        return dry_run(plan, args.throughput, as_json=args.json, console=console, memory=memory)
+        return dry_run(plan, args.throughput, as_json=args.json, console=console, memory=memory,
+                       cpu_throughput=args.cpu_throughput, pool=args.pool)
     from sweeper.run.launch import launch  # Ray, Optuna and the trial code: only to run the sweep
+
+    simulation = None
+    if args.simulate:
+        from sweeper.run.simulation import Simulation, load_surface
+
+        surface = load_surface(args.simulate)
+        if args.virtual_gpus is not None:
+            if args.virtual_gpus < 1:
+                raise UserError(f"--virtual-gpus: must be >= 1 (got {args.virtual_gpus})")
+            surface.pool.gpus = args.virtual_gpus
+        if args.time_compression is not None:
+            if not args.time_compression > 0:
+                raise UserError(f"--time-compression: must be > 0 (got {args.time_compression:g})")
+            surface.time_compression = args.time_compression
+        simulation = Simulation(surface, args.simulate)
+    elif args.virtual_gpus is not None or args.time_compression is not None:
+        raise UserError("--virtual-gpus and --time-compression go with --simulate SURFACE.yaml")
 
     # With --json, stdout carries the summary only: Ray's driver-side listener prints cluster events
     # ("(raylet) A worker died ...") to whatever sys.stdout is, which made the output unparseable
     # exactly when a trial process died. They go to stderr, beside the live display.
     with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
-        summary = launch(plan, address=args.address, retry_failed=args.retry_failed, console=console, started=started)
+        summary = launch(plan, address=args.address, retry_failed=args.retry_failed, console=console, started=started,
+                         simulation=simulation)
     if args.json:
         print(json.dumps(summary.to_dict(), indent=2, default=str))
     else:
@@ -106,21 +141,25 @@ def recorded_overrides(sweep_dir: Path) -> list[str]:
 def print_summary(summary: Any, console: Any) -> None:
     from rich.text import Text  # (see `run`)
 
-    from sweeper.records.table import counts_line
+    from sweeper.records.table import counts_line, labelled
 
     done = sum(summary.counts.values())
     verb = "stopped" if summary.interrupted else "finished"
     console.print(Text.assemble((f"Sweep {verb}", "bold"), f": {counts_line(summary.counts)} ({done} cells) in "
                                 f"{summary.sweep_dir}"))
     ratio = f"{summary.overhead_ratio:.2f}" if summary.overhead_ratio else "—"
-    console.print(
-        f"wall {summary.wall_seconds:.1f} s (Ray start {summary.ray_start_seconds:.1f} s) on {summary.slots} trial slots; "
-        f"training {summary.train_seconds:.1f} s summed over {summary.trials} trials = "
-        f"{100 * summary.utilisation:.0f}% of the slot-time (slots x wall); "
-        f"overhead ratio wall / (summed training / slots) = {ratio}",
-        highlight=False,
-    )
-    if summary.trial_alive_seconds:
+    if summary.simulation:  # training seconds are simulated ones: the slot-time shares below would mix clocks
+        console.print(f"wall {summary.wall_seconds:.1f} s (Ray start {summary.ray_start_seconds:.1f} s), "
+                      f"{summary.trials} trials", highlight=False)
+    else:
+        console.print(
+            f"wall {summary.wall_seconds:.1f} s (Ray start {summary.ray_start_seconds:.1f} s) on {summary.slots} trial "
+            f"slots; training {summary.train_seconds:.1f} s summed over {summary.trials} trials = "
+            f"{100 * summary.utilisation:.0f}% of the slot-time (slots x wall); "
+            f"overhead ratio wall / (summed training / slots) = {ratio}",
+            highlight=False,
+        )
+    if summary.trial_alive_seconds and not summary.simulation:
         alive = summary.trial_alive_seconds / max(1e-9, summary.wall_seconds * summary.slots)
         console.print(
             f"trials were alive {summary.trial_alive_seconds:.1f} s = {100 * alive:.0f}% of the slot-time (the rest of "
@@ -135,6 +174,20 @@ def print_summary(summary: Any, console: Any) -> None:
             f"{resumed.get('retried', 0)} failed points retried",
             highlight=False,
         )
+    sim = summary.simulation
+    if sim:
+        util = sim.get("gpu_utilisation")
+        sat = sim.get("gpu_utilisation_while_saturated")
+        console.print(labelled(
+            "SIMULATED",
+            f"on surface {sim['surface']} (×{sim['time_compression']:g} time compression, "
+            f"{sim['pool_gpus']:g} virtual GPUs): {sim['simulated_gpu_hours']:.4g} GPU-hours held over "
+            f"{sim['simulated_wall_hours']:.4g} simulated hours; GPU-slot utilisation "
+            f"{'—' if util is None else f'{100 * util:.1f}%'} overall, "
+            f"{'—' if sat is None else f'{100 * sat:.1f}%'} while the open cells asked for the whole pool "
+            f"({100 * (sim.get('saturated_fraction_of_wall') or 0):.0f}% of the time)", style="bold"),
+            highlight=False,
+        )
     failed = {k: v for k, v in summary.counts.items() if k in ("diverged", "stalled") and v}
     if failed:
         console.print(f"{sum(failed.values())} cell(s) found no usable learning rate (every point diverged or "
@@ -146,44 +199,52 @@ def print_summary(summary: Any, console: Any) -> None:
         console.print(f"next: sweeper optima {summary.sweep_dir}", highlight=False)
 
 
-def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any, memory: Any = None) -> int:
+def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any, memory: Any = None,
+            cpu_throughput: float = DEFAULT_CPU_THROUGHPUT, pool: float | None = None) -> int:
     from rich.table import Table  # (see `run`)
 
-    from sweeper.search.memory import describe  # (see `run`)
+    from sweeper.records import bench_cache
+    from sweeper.search.cost import cost_plan
+    from sweeper.search.memory import describe
 
+    device, measured_peaks, host = memory if memory is not None else (None, None, _host_memory())
+    costs = cost_plan(plan, bench_cache.load(), gpu_throughput=throughput, cpu_throughput=cpu_throughput, pool=pool,
+                      host_memory=host, device=device, measured=measured_peaks)
     rows = []
-    for cell in plan.cells:
+    for c in costs.cells:
+        cell, grid = c.cell, c.grid
         stack = None
         if memory is not None:
-            device, measured, host = memory
             stack = describe(cell, min(plan.config.max_stack, cell.policy.max_points), device=device,
-                             host_memory_bytes=host, measured=measured)
-        grid = initial_grid(cell.policy)
-        flops_point = cell.flops_per_token * cell.tokens_per_point
+                             host_memory_bytes=host, measured=measured_peaks)
         rows.append({
             "cell_id": cell.cell_id, "method": cell.method, "size": cell.size, "seed": cell.seed, "depth": cell.depth,
             "loops": cell.loops, "width": cell.width, "params": cell.params, "params_nonembed": cell.params_nonembed,
             "tokens_per_point": cell.tokens_per_point, "steps_per_point": cell.steps_per_point,
-            "flops_per_point": flops_point, "initial_grid": grid, "max_points": cell.policy.max_points,
-            "resources": cell.resources, "prior": cell.prior, "stack_auto": stack, "fixed_lr": cell.policy.fixed,
+            "flops_per_point": cell.flops_per_token * cell.tokens_per_point, "initial_grid": grid,
+            "max_points": cell.policy.max_points, "resources": cell.resources, "prior": cell.prior,
+            "stack": c.stack, "stack_auto": stack, "fixed_lr": cell.policy.fixed, "trial_hours": c.trial_seconds / 3600,
+            "throughput": "measured" if c.measured else "assumed",
         })
     initial = sum(r["flops_per_point"] * len(r["initial_grid"]) for r in rows)
     cap = sum(r["flops_per_point"] * r["max_points"] for r in rows)
+    cost = costs.to_dict()
     totals = {
         "cells": len(rows), "initial_points": sum(len(r["initial_grid"]) for r in rows),
         "initial_flops": initial, "cap_flops": cap, "throughput_flops_per_gpu": throughput,
-        "initial_gpu_hours": initial / throughput / 3600, "cap_gpu_hours": cap / throughput / 3600,
-        "sweep_dir": str(plan.sweep_dir), "stack": plan.config.stack, "concurrency": plan.config.concurrency,
+        "sweep_dir": str(plan.sweep_dir), "stack": plan.config.stack, "concurrency": plan.config.concurrency, **cost,
     }
+    if "initial_gpu_hours" in cost:  # the cap, at the same rates as the initial grids
+        totals["cap_gpu_hours"] = cost["initial_gpu_hours"] * cap / initial if initial else 0.0
+    if "initial_cpu_hours" in cost:
+        totals["cap_cpu_hours"] = cost["initial_cpu_hours"] * cap / initial if initial else 0.0
     if as_json:
         print(json.dumps({"cells": rows, "totals": totals}, indent=2, default=str))
         return 0
     table = Table(title=f"{plan.config.name}: plan (dry run, nothing is written)", title_justify="left",
                   header_style="bold")
-    columns = ["method", "size", "seeds", "params", "tokens/pt", "steps", "FLOPs/pt", "initial grid", "resources"]
-    if memory is not None:
-        columns.append("stack: auto")
-    for name in columns:
+    for name in ("method", "size", "seeds", "params", "tokens/pt", "steps", "FLOPs/pt", "initial grid",
+                 "stack: auto" if memory is not None else "stack", "trial h", "resources"):
         table.add_column(name, justify="left" if name in ("method", "size", "initial grid", "resources") else "right")
     seen = set()
     for r in rows:
@@ -199,16 +260,46 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any, memory
             str(r["steps_per_point"]), f"{r['flops_per_point']:.3g}",
             (f"fixed {grid[0]:.3g}" if r["fixed_lr"] is not None else
              f"{len(grid)} × {grid[0]:.3g}…{grid[-1]:.3g}{prior}") if grid else "—",
+            _stack_auto(r["stack_auto"]) if r["stack_auto"] is not None else str(r["stack"]),
+            f"{r['trial_hours']:.3g}" + ("" if r["throughput"] == "measured" else "†"),
             ", ".join(f"{k}={_resource(k, v)}" for k, v in r["resources"].items()),
-            *([_stack_auto(r["stack_auto"])] if memory is not None else []),
         )
     console.print(table)
+    parts = []
+    if "initial_gpu_hours" in cost:
+        parts.append(f"{cost['initial_gpu_hours']:.3g} GPU-hours")
+    if "initial_cpu_hours" in cost:
+        parts.append(f"{cost['initial_cpu_hours']:.3g} CPU-hours")
+    capped = [f"{totals[k]:.3g} {u}-hours" for k, u in (("cap_gpu_hours", "GPU"), ("cap_cpu_hours", "CPU")) if k in totals]
     console.print(
-        f"{totals['cells']} cells, {totals['initial_points']} points in the initial grids: "
-        f"{initial:.3g} training FLOPs = {totals['initial_gpu_hours']:.3g} GPU-hours at {throughput:.3g} FLOP/s per GPU; "
-        f"at most {cap:.3g} FLOPs ({totals['cap_gpu_hours']:.3g} GPU-hours) if every cell reached its trial cap",
+        f"{totals['cells']} cells, {totals['initial_points']} points in the initial grids: {initial:.3g} training FLOPs "
+        f"= {' + '.join(parts)}; at most {cap:.3g} FLOPs ({' + '.join(capped)}) if every cell reached its trial cap",
         highlight=False,
     )
+    unit = "GPUs" if costs.unit == "GPU" else "CPUs"
+    console.print(
+        f"estimated wall time of the initial grids on {costs.pool:g} {unit} (concurrency: {plan.config.concurrency}, "
+        f"stack: {plan.config.stack}): {cost['wall_hours_estimate']:.3g} h (pool-bound {cost['wall_hours_pool_bound']:.3g} h, "
+        f"chain-bound {cost['wall_hours_chain_bound']:.3g} h); each extension or refinement round adds about one "
+        "trial per open cell (--pool N for another pool)",
+        highlight=False,
+    )
+    measured = costs.measured_cells()
+    if measured < len(costs.cells):
+        rates = []
+        if any(c.gpu > 0 and c.measured is None for c in costs.cells):
+            rates.append(f"{throughput:.3g} FLOP/s per GPU (--throughput)")
+        if any(c.gpu == 0 and c.measured is None for c in costs.cells):
+            rates.append(f"{cpu_throughput:.3g} FLOP/s per CPU core (--cpu-throughput)")
+        commands = costs.missing_commands()
+        console.print(
+            f"† {len(costs.cells) - measured} of {len(costs.cells)} cells at an assumed {' and '.join(rates)}: no "
+            f"`sweeper bench` figure for their shape on this device kind; measure with e.g. `{commands[0]}`"
+            + (f" ({len(commands)} shapes)" if len(commands) > 1 else ""),
+            highlight=False,
+        )
+    else:
+        console.print(f"rates measured by `sweeper bench` for every cell ({bench_cache.cache_path()})", highlight=False)
     if any(r["prior"] == "extrapolate" for r in rows):
         console.print("* prior: extrapolate: a size starts once two smaller sizes are done, on a grid centred on the "
                       "LR they predict (narrower when the prediction is tight)", highlight=False)
@@ -223,6 +314,15 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any, memory
 def _stack_auto(s: dict[str, Any]) -> str:
     mark = "" if s["source"] == "model" else " (measured)"
     return f"{s['stack']}: {s['stack_bytes'] / 2**30:.3g} of {s['budget_bytes'] / 2**30:.3g} GiB{mark}"
+
+
+def _host_memory() -> int | None:
+    import os
+
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def _si(n: float) -> str:

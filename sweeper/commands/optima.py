@@ -43,11 +43,15 @@ def run(args: argparse.Namespace) -> int:
     from sweeper.records.store import read_manifest
     from sweeper.records.table import STATUS_STYLE, fmt, make_console
 
+    from sweeper.records.store import read_manifest, simulated_label
+
     rows = optima(args.dir)
     average = points_per_bracketed_cell(rows)
+    simulated = simulated_label(read_manifest(args.dir))
     if args.format == "json":
         print(json.dumps({"name": read_manifest(args.dir).get("name"), "dir": str(args.dir), "cells": rows,
-                          "points_per_bracketed_cell": average}, indent=2, default=str))
+                          "points_per_bracketed_cell": average, "simulated": simulated is not None},
+                         indent=2, default=str))
         return 0
     if args.format == "csv":
         buffer = io.StringIO()
@@ -58,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(buffer.getvalue())
         return 0
     title = f"{read_manifest(args.dir).get('name')} ({args.dir}): optima"  # as `sweeper status` titles it
+    title += f" · {simulated}" if simulated else ""
     table = Table(header_style="bold", title=title, title_justify="left")
     for name in ("method", "size", "seed", "status", "best lr", "best loss ± SE", "vs neighbour",
                  "interp lr", "interp objective", "pts", "div", "stall"):

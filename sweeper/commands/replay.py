@@ -50,6 +50,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--policy", action="append", default=[], metavar="KEY=VALUE",
                         help="override a key of the sweep's `lr` section for this replay (repeatable), "
                              "e.g. --policy points=3 --policy refine=false")
+    parser.add_argument("--duplicates", choices=("min", "mean", "error"), default="min",
+                        help="several runs of one group at one learning rate: keep the lowest loss (min, the "
+                             "default), average them (mean), or refuse the table (error)")
     add_format(parser)
     parser.set_defaults(func=run)
 
@@ -71,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
     from sweeper.search.replay import load_table, replay  # polars: only once the arguments are good
 
     policies = sweep_policies(args.yaml, args.policy)
-    table = load_table(args.table, columns, args.lr_column, args.loss_column, tolerance=args.tolerance)
+    table = load_table(args.table, columns, args.lr_column, args.loss_column, tolerance=args.tolerance,
+                       duplicates=args.duplicates)
     results = []
     for label, methods, section in policies:
         summary = replay(table, section.to_policy(), shifts, tolerance=args.tolerance, band=args.band)
@@ -80,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
     head = results[0]
     doc = {
         "table": args.table, "yaml": args.yaml, "group_columns": columns, "rows": table.rows,
-        "grid_ratio": table.ratio, "shifts": shifts, "tolerance": args.tolerance,
+        "grid_ratio": table.ratio, "duplicates": args.duplicates,
+        "merged_runs": table.merged, "shifts": shifts, "tolerance": args.tolerance,
         **{k: v for k, v in head.items() if k != "by_shift"}, "by_shift": head["by_shift"], "policies": results,
     }
     if args.json:
@@ -179,3 +184,7 @@ def _print(doc: dict[str, Any]) -> None:
     if unrecorded:
         console.print(f"{unrecorded} proposed LRs were not in the table (counted as failed points)", highlight=False,
                       style="dim")
+    if doc.get("merged_runs"):
+        rule = {"min": "the lowest loss kept", "mean": "their losses averaged"}[doc["duplicates"]]
+        console.print(f"{doc['merged_runs']} runs shared a group and a learning rate with another run: {rule} "
+                      "(--duplicates)", highlight=False, style="dim")

@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
 
         rows = cell_rows(args.dir)
         print(json.dumps({"name": manifest.get("name"), "dir": str(args.dir),
+                          "simulated": bool(manifest.get("simulated")),
                           "unigram_entropy": manifest.get("unigram_entropy"), "stall_margin": manifest.get("stall_margin"),
                           "cells": rows}, indent=2, default=str))
         return 0
@@ -90,7 +91,12 @@ def _render(sweep_dir: str, manifest: dict[str, Any]) -> Any:
     tail = ""
     if last.get("wall_seconds") is not None:
         tail = f" · last launch: wall {last['wall_seconds']:.0f} s, training {last.get('train_seconds', 0):.0f} s summed"
+    from sweeper.records.store import simulated_label
+
     head = Text(f"{manifest.get('name')} ({sweep_dir}): {counts_line(status_counts(rows))} · {when}{tail}", style="bold")
+    label = simulated_label(manifest)
+    if label:
+        head.append(f"\n{label}", style="bold yellow")
     parts: list[Any] = [head]
     data = unigram_line(manifest)
     if data:

@@ -92,6 +92,15 @@ def is_sweep_dir(path: Path) -> bool:
     return (path / MANIFEST).is_file()
 
 
+def simulated_label(manifest: dict[str, Any] | None) -> str | None:
+    """'SIMULATED (surface NAME): planted losses, no training' for a sweep run with `--simulate`, else None.
+    Every reader that shows results shows it (status, optima, dashboard header, plots)."""
+    entry = (manifest or {}).get("simulated")
+    if not entry:
+        return None
+    return f"SIMULATED (surface {entry.get('surface')}): planted losses, no training"
+
+
 def read_manifest(sweep_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """The manifest of a sweep directory, or a UserError saying what is wrong with the path."""
     path = Path(sweep_dir)

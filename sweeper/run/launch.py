@@ -13,6 +13,10 @@ Order of work (nothing is written until every check has passed), one step a line
 5. run Tune: the Searcher proposes stacks, the Callback records everything; a live table per
    cell; Ctrl-C stops cleanly (the next launch resumes);
 6. a summary: wall time, summed training time, utilisation of the trial slots.
+
+With a `Simulation` (`--simulate`), the same script runs on a virtual pool with simulated trials
+(`sweeper.run.simulation`): no corpus is opened, the directory is marked simulated, and the
+summary adds the pool's GPU-slot utilisation and the simulated GPU-hours and wall time.
 """
 
 from __future__ import annotations
@@ -31,9 +35,11 @@ from sweeper.records.store import MANIFEST, load_cells, load_points
 from sweeper.records.table import status_counts
 from sweeper.run import sweep_dir
 from sweeper.run.display import LiveDisplay
-from sweeper.run.machine import memory_inputs
+from sweeper.run.machine import host_memory, memory_inputs
+from sweeper.run.simulation import GpuProbe, Simulation
 from sweeper.run.sweep_run import SweepRun
 from sweeper.run.tune_session import ENV_DEFAULTS, TuneSession
+from sweeper.search.memory import DeviceMemory
 from sweeper.search.planner import Plan
 from sweeper.tracking import Tracking, open_trackers
 
@@ -56,6 +62,7 @@ class LaunchSummary:
     restored: bool
     messages: list[str] = field(default_factory=list)
     trial_alive_seconds: float = 0.0  # summed trial lifetimes: training + each trial's start-up, checkpoints, reports
+    simulation: dict[str, Any] | None = None  # --simulate: the surface, GPU-slot utilisation, simulated hours
 
     @property
     def utilisation(self) -> float:
@@ -82,10 +89,19 @@ def preflight_data(plan: Plan) -> str | None:
 
 
 def launch(plan: Plan, *, address: str | None = None, retry_failed: bool = False, console: Any = None,
-           started: float | None = None) -> LaunchSummary:
+           started: float | None = None, simulation: Simulation | None = None) -> LaunchSummary:
     started = started or time.time()
+    if simulation is not None:
+        if address:
+            raise UserError("--simulate runs on a virtual pool on this machine: drop --address")
+        simulation.check(plan)
+        plan = simulation.mark(plan)
     old_manifest = sweep_dir.check_output_dir(plan)
-    corpus, entropy = sweep_dir.preflight(plan)
+    if old_manifest is not None and bool(old_manifest.get("simulated")) != (simulation is not None):
+        kind = "simulated (sweeper launch --simulate)" if old_manifest.get("simulated") else "trained"
+        raise UserError(f"{plan.sweep_dir}: holds {kind} results, which can never be mixed with "
+                        f"{'trained' if simulation is None else 'simulated'} ones; give another output (--out)")
+    corpus, entropy = (simulation.corpus, None) if simulation is not None else sweep_dir.preflight(plan)
     sweep_dir.check_corpus(plan, old_manifest, corpus)
     for key, value in ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)
@@ -93,7 +109,7 @@ def launch(plan: Plan, *, address: str | None = None, retry_failed: bool = False
     lock = sweep_dir.hold_driver_lock(plan.sweep_dir)
     try:
         return _launch_locked(plan, old_manifest, corpus, entropy, address=address, retry_failed=retry_failed,
-                              console=console, started=started)
+                              console=console, started=started, simulation=simulation)
     except UserError:
         raise
     except Exception as exc:  # a full disk or a locked ledger outside Tune's loop: one line, not a traceback
@@ -106,8 +122,11 @@ def launch(plan: Plan, *, address: str | None = None, retry_failed: bool = False
 
 def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str | None,
                    entropy: dict[str, Any] | None, *, address: str | None, retry_failed: bool, console: Any,
-                   started: float) -> LaunchSummary:
+                   started: float, simulation: Simulation | None = None) -> LaunchSummary:
     manifest, yaml_name = sweep_dir.prepare(plan, old_manifest, corpus, entropy)
+    if simulation is not None:
+        manifest["simulated"] = simulation.manifest_entry()
+        write_json_atomic(plan.sweep_dir / MANIFEST, manifest)
     messages: list[str] = []
     url = sweep_dir.ledger_url(plan)
     ledger = OptunaLedger(url)
@@ -120,10 +139,18 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
     sweep_dir.check_ledger_has_the_store(url, entries, latest)
     store_states = dict(zip(latest["point_id"].to_list(), latest["state"].to_list())) if latest.height else {}
 
-    session = TuneSession.open(plan, manifest, address, messages)
+    pool = simulation.surface.pool if simulation is not None else None
+    session = TuneSession.open(plan, manifest, address, messages, pool=pool)
+    probe = GpuProbe(float(pool.gpus)) if pool is not None else None
     tracking = open_tracking(plan, messages.append)
     try:
-        device, measured, host = memory_inputs(plan.config.resources.gpu_memory_gb)
+        if simulation is not None:
+            from trials.simulated import simulated_trainable  # only a simulation runs it
+
+            session.use_trainable(simulated_trainable, simulation=simulation.payload(plan))
+            device, measured, host = DeviceMemory(int(pool.gpu_memory_gb * 2**30), "the simulated pool"), {}, host_memory()
+        else:
+            device, measured, host = memory_inputs(plan.config.resources.gpu_memory_gb)
         sweep = SweepRun(plan, ledger, store, concurrency=session.concurrency, host_memory=host, device=device,
                          measured=measured, tracking=tracking)
         if tracking is not None:
@@ -150,7 +177,8 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
 
         display = LiveDisplay(sweep, console=console)
         with display:
-            interrupted = session.run(sweep, hooks=[display.update], on_new_run=new_tune_run)
+            hooks = [display.update] + ([probe] if probe is not None else [])
+            interrupted = session.run(sweep, hooks=hooks, on_new_run=new_tune_run)
     finally:
         session.close()
         if tracking is not None:
@@ -167,6 +195,8 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
         points_finished=sweep.stats.points_finished, counts=status_counts(rows), resumed=counts,
         interrupted=interrupted, experiment=session.experiment, restored=session.restored,
         messages=list(sweep.messages), trial_alive_seconds=sweep.stats.alive_seconds,
+        simulation=({**simulation.manifest_entry(), **probe.figures(simulation.surface.time_compression)}
+                    if simulation is not None and probe is not None else None),
     )
     manifest["launches"][-1].update({k: v for k, v in summary.to_dict().items() if k not in ("messages", "sweep_dir")})
     if sweep.fault is not None:

@@ -47,6 +47,7 @@ from sweeper.run.sweep_run import SWEEP_DONE, SweepRun, point_ids_of
 from sweeper.search.planner import Plan
 from trials.ray_entry import trainable as trial_trainable
 from trials.spec import StepReport
+from trials.surface import Pool as VirtualPool
 
 ENV_DEFAULTS = {
     "RAY_USAGE_STATS_ENABLED": "0",
@@ -222,12 +223,20 @@ def trial_dirname(trial: Any) -> str:
 # Ray
 
 
-def ensure_ray(address: str | None, plan: Plan) -> bool:
-    """Start or join Ray; returns True when this call started it (and must shut it down)."""
+def ensure_ray(address: str | None, plan: Plan, pool: VirtualPool | None = None) -> bool:
+    """Start or join Ray; returns True when this call started it (and must shut it down).
+    `pool`: start a local Ray with these virtual resources instead (a simulation: trials that
+    only sleep, so workers skip the trainer's preload)."""
     if ray.is_initialized():
         return False
+    runtime_env: dict[str, Any] = {"env_vars": worker_env()}
+    if pool is None:
+        runtime_env["worker_process_setup_hook"] = PRELOAD_HOOK
     kwargs: dict[str, Any] = {"log_to_driver": False, "configure_logging": True, "logging_level": "ERROR",
-                              "runtime_env": {"env_vars": worker_env(), "worker_process_setup_hook": PRELOAD_HOOK}}
+                              "runtime_env": runtime_env}
+    if pool is not None:
+        ray.init(num_cpus=pool.cpus, num_gpus=pool.gpus, include_dashboard=False, **kwargs)
+        return True
     if address:
         _token_auth_if_available()
         try:
@@ -262,20 +271,25 @@ def _token_auth_if_available() -> None:
 
 
 def resolve_concurrency(plan: Plan) -> int:
-    """`concurrency: auto` = as many trials as the cluster's resources hold at once."""
+    """`concurrency: auto` = as many trials as the cluster's resources could hold at once: the
+    count of the cell asking least. Ray's resource accounting then packs trials of different
+    fractions (a 0.5-GPU trial waits until half a GPU is free; 0.125-GPU trials fill the rest).
+    Taking the cell asking most instead left most of a pool idle while the small cells ran."""
     setting = plan.config.concurrency
     if setting != "auto":
         return int(setting)
-    total = ray.cluster_resources()
+    return auto_concurrency([cell.resources for cell in plan.cells], ray.cluster_resources())
+
+
+def auto_concurrency(requests: list[dict[str, float]], total: dict[str, float]) -> int:
+    """The most trials of any one request that `total` holds at once (see `resolve_concurrency`)."""
     fits = []
-    for cell in plan.cells:
-        per = [total.get(k, 0.0) / v for k, v in cell.resources.items() if v > 0]
+    for resources in requests:
+        per = [total.get(k, 0.0) / v for k, v in resources.items() if v > 0]
         fits.append(int(min(per)) if per else 1)
-    slots = max(1, min(fits) if fits else 1)
-    if not any(total.get(k, 0.0) >= v for cell in plan.cells for k, v in cell.resources.items() if v > 0):
-        needed = plan.cells[0].resources if plan.cells else {}
-        raise UserError(f"resources: a trial asks for {needed} but the Ray cluster has {dict(total)}")
-    return slots
+    if requests and not any(f >= 1 for f in fits):
+        raise UserError(f"resources: a trial asks for {requests[0]} but the Ray cluster has {dict(total)}")
+    return max([1, *fits])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -386,17 +400,22 @@ class TuneSession:
     experiment: str  # the Tune run of this launch
     new_name: str  # the name a new Tune run takes
     claimed: dict[str, list[str]]  # restored Tune trial -> its point ids ({} for a new run)
-    trainable: Callable[[dict[str, Any]], None] = trial_trainable  # what a Tune trial runs (its config: TrialConfig)
+    trainable: Any = trial_trainable  # what a Tune trial runs (its config: TrialConfig); see use_trainable
 
     @property
     def restored(self) -> bool:
         return bool(self.claimed)
 
+    def use_trainable(self, trainable: Callable[..., None], **parameters: Any) -> None:
+        """Run `trainable` in the Tune trials (the simulated trial), its large arguments put in Ray's object store."""
+        self.trainable = tune.with_parameters(trainable, **parameters) if parameters else trainable
+
     @classmethod
-    def open(cls, plan: Plan, manifest: dict[str, Any], address: str | None, messages: list[str]) -> TuneSession:
-        """Start or join Ray; find the last Tune run and whether it holds trials to resume."""
+    def open(cls, plan: Plan, manifest: dict[str, Any], address: str | None, messages: list[str],
+             pool: VirtualPool | None = None) -> TuneSession:
+        """Start or join Ray (or start a virtual pool); find the last Tune run and whether it holds trials to resume."""
         started = time.time()
-        started_ray = ensure_ray(address or plan.config.ray.address, plan)
+        started_ray = ensure_ray(address or plan.config.ray.address, plan, pool)
         ray_seconds = time.time() - started
         concurrency = resolve_concurrency(plan)
         storage_path, last, new_name = experiment_location(plan, manifest)

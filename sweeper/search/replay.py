@@ -35,6 +35,10 @@ from sweeper.errors import UserError
 DEFAULT_TOLERANCE = 0.01  # relative: recorded LRs are rounded to 4 significant digits; grid steps are ≥ 10%
 NEAR_OPTIMAL_BAND = 0.25  # percent (StepLaw, DeepSeek LLM)
 MAX_STEP_ERROR = 0.05  # a recorded LR may sit this fraction of a grid step off the lattice
+# Several runs of one group at one LR: `min` treats the group as one cell whose configurations the
+# search may pick from (the best run per LR), `mean` as seed repeats, `error` refuses the table.
+DUPLICATE_RULES = ("min", "mean", "error")
+DEFAULT_DUPLICATES = "min"
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,7 @@ class RecordedTable:
     groups: tuple[RecordedGroup, ...]
     ratio: float  # the table's grid ratio (√2 for StepLaw)
     rows: int
+    merged: int = 0  # runs folded into another run of their group at the same LR (`duplicates`)
 
 
 @dataclass(frozen=True)
@@ -140,6 +145,7 @@ def load_table(
     loss_column: str = "loss",
     *,
     tolerance: float = DEFAULT_TOLERANCE,
+    duplicates: str = DEFAULT_DUPLICATES,
 ) -> RecordedTable:
     """Read and check a recorded table (CSV). Raises UserError with one line per problem."""
     label = str(path)
@@ -150,7 +156,8 @@ def load_table(
     except (pl.exceptions.PolarsError, OSError, UnicodeDecodeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"{label}: not a readable CSV table ({first})") from None
-    return table_from_frame(frame, group_columns, lr_column, loss_column, source=label, tolerance=tolerance)
+    return table_from_frame(frame, group_columns, lr_column, loss_column, source=label, tolerance=tolerance,
+                            duplicates=duplicates)
 
 
 def table_from_frame(
@@ -161,8 +168,15 @@ def table_from_frame(
     *,
     source: str = "table",
     tolerance: float = DEFAULT_TOLERANCE,
+    duplicates: str = DEFAULT_DUPLICATES,
 ) -> RecordedTable:
-    """Check a recorded table and split it into groups (see `load_table`)."""
+    """Check a recorded table and split it into groups (see `load_table`).
+
+    Several runs of one group at one learning rate (within `tolerance`) are resolved by
+    `duplicates` (`DUPLICATE_RULES`): `min` keeps the lowest loss, `mean` averages them, `error`
+    refuses the table, naming the columns that would tell the runs apart."""
+    if duplicates not in DUPLICATE_RULES:
+        raise UserError(f"--duplicates {duplicates}: must be one of {', '.join(DUPLICATE_RULES)}")
     wanted = [*group_columns, lr_column, loss_column]
     missing = [c for c in dict.fromkeys(wanted) if c not in frame.columns]
     if missing:
@@ -198,14 +212,24 @@ def table_from_frame(
     for i, key in enumerate(keys):
         by_key.setdefault(tuple(key), []).append((float(lr[i]), float(loss[i]), i))  # type: ignore[arg-type]
     groups = []
+    merged = 0
     for key, rows in by_key.items():
         rows.sort()
-        for (a, _, i), (b, _, j) in zip(rows, rows[1:]):
-            if math.log(b / a) <= math.log1p(tolerance):
-                raise UserError(_duplicate_message(frame, source, group_columns, key, lr_column, a, b, i, j))
-        groups.append(RecordedGroup(key, tuple(r[0] for r in rows), tuple(r[1] for r in rows)))
+        runs: list[list[tuple[float, float, int]]] = []  # the runs at one learning rate
+        for row in rows:
+            if runs and math.log(row[0] / runs[-1][0][0]) <= math.log1p(tolerance):
+                if duplicates == "error":
+                    (a, _, i), (b, _, j) = runs[-1][0], row
+                    raise UserError(_duplicate_message(frame, source, group_columns, key, lr_column, a, b, i, j))
+                runs[-1].append(row)
+                merged += 1
+            else:
+                runs.append([row])
+        losses = [min(r[1] for r in same) if duplicates == "min" else statistics.fmean(r[1] for r in same)
+                  for same in runs]
+        groups.append(RecordedGroup(key, tuple(same[0][0] for same in runs), tuple(losses)))
     ratio = grid_ratio(groups, source=source)
-    return RecordedTable(source, tuple(group_columns), tuple(groups), ratio, frame.height)
+    return RecordedTable(source, tuple(group_columns), tuple(groups), ratio, frame.height, merged)
 
 
 def _numeric(frame: pl.DataFrame, column: str, source: str, problems: list[str]) -> list[float | None] | None:

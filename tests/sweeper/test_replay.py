@@ -132,8 +132,20 @@ def test_duplicate_runs_name_the_columns_that_separate_them():
     frame = pl.DataFrame({"N": [1, 1, 1, 1], "model": ["x", "y", "x", "y"], "lr": [1e-3, 1e-3, 2e-3, 2e-3],
                           "loss": [3.0, 3.1, 3.2, 3.3]})
     with pytest.raises(UserError, match=r"two runs at lr 0.001 .*--group.*model"):
-        table_from_frame(frame, ["N"])
-    assert len(table_from_frame(frame, ["N", "model"]).groups) == 2
+        table_from_frame(frame, ["N"], duplicates="error")
+    assert len(table_from_frame(frame, ["N", "model"], duplicates="error").groups) == 2
+
+
+def test_duplicate_runs_at_one_lr_keep_the_lowest_loss_or_average():
+    frame = pl.DataFrame({"N": [1, 1, 1, 1, 1], "lr": [1e-3, 1e-3, 2e-3, 2.002e-3, 4e-3],
+                          "loss": [3.0, 3.1, 3.3, 3.2, 3.5]})
+    (group,) = table_from_frame(frame, ["N"]).groups  # default: min
+    assert group.lrs == (1e-3, 2e-3, 4e-3) and group.losses == (3.0, 3.2, 3.5)
+    (group,) = table_from_frame(frame, ["N"], duplicates="mean").groups
+    assert group.losses == pytest.approx((3.05, 3.25, 3.5))
+    assert table_from_frame(frame, ["N"]).merged == 2
+    with pytest.raises(UserError, match="--duplicates sideways"):
+        table_from_frame(frame, ["N"], duplicates="sideways")
 
 
 # -- the real command line --------------------------------------------------------------------------
@@ -188,7 +200,7 @@ def test_cli_replays_a_planted_table_as_json(tmp_path):
 )
 def test_bad_tables_exit_2_with_one_line_each(tmp_path, rows, needle):
     table = write_csv(tmp_path / "bad.csv", rows)
-    done = sweeper("replay", str(table), "--yaml", "sweeps/quickstart.yaml", "--group", "g")
+    done = sweeper("replay", str(table), "--yaml", "sweeps/quickstart.yaml", "--group", "g", "--duplicates", "error")
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], done.stderr
@@ -210,7 +222,8 @@ def test_several_problems_are_listed_one_per_line(tmp_path):
 
 needs_steplaw = pytest.mark.skipif(not (STEPLAW / "dense_lr_bs_loss.csv").is_file(),
                                    reason=f"the StepLaw grids are not on this machine ({STEPLAW})")
-SETS = {"dense": ("dense_lr_bs_loss.csv", "N,D,bs"), "moe": ("moe_lr_bs_loss.csv", "N,D,bs,Na")}
+SETS = {"dense": ("dense_lr_bs_loss.csv", "N,D,bs"), "moe": ("moe_lr_bs_loss.csv", "N,D,bs,Na"),
+        "moe-by-n-d-bs": ("moe_lr_bs_loss.csv", "N,D,bs")}
 
 
 def replay_json(capsys, set_name: str, yaml: str, *policy: str) -> dict:
@@ -223,11 +236,11 @@ def replay_json(capsys, set_name: str, yaml: str, *policy: str) -> dict:
 
 
 @needs_steplaw
-@pytest.mark.parametrize("set_name", ["dense", "moe"])
+@pytest.mark.parametrize("set_name", ["dense", "moe", "moe-by-n-d-bs"])
 @pytest.mark.parametrize("yaml", ["sweeps/depth.yaml", "sweeps/ladder.yaml"])
 def test_shipped_policy_meets_the_goal_on_steplaw(capsys, set_name, yaml):
     doc = replay_json(capsys, set_name, str(ROOT / yaml))
-    assert doc["replays"] == 7 * doc["groups"] and doc["groups"] >= 70
+    assert doc["replays"] == 7 * doc["groups"] and doc["groups"] >= 50
     assert doc["points_per_group_mean"] <= 4.5
     assert doc["within_band_fraction"] >= 0.98
     assert doc["bracketed_fraction"] >= 0.97
@@ -246,6 +259,18 @@ def test_the_issue_baseline_is_reproduced(capsys):
 
 
 @needs_steplaw
+def test_the_issue_moe_baseline_is_reproduced_grouped_by_n_d_bs(capsys):
+    # Issue 15's MoE figures (98%, 98%, 89% within 0.25%) come from --group N,D,bs, where 20 groups
+    # hold two MoE configurations at every LR: the default `--duplicates min` keeps the better run.
+    old = ("points=5", "refine=true", "vertex_first=false", "failed_neighbour=skip")
+    doc = replay_json(capsys, "moe-by-n-d-bs", str(ROOT / "sweeps/depth.yaml"), *old)
+    assert doc["merged_runs"] == 180 and doc["within_band_fraction"] == pytest.approx(0.98, abs=0.005)
+    doc = replay_json(capsys, "moe-by-n-d-bs", str(ROOT / "sweeps/depth.yaml"), *old, "points=3", "refine=false")
+    assert doc["within_band_fraction"] == pytest.approx(0.89, abs=0.005)
+
+
+@needs_steplaw
 def test_moe_grouped_by_n_d_bs_alone_mixes_two_models():
-    done = sweeper("replay", str(STEPLAW / "moe_lr_bs_loss.csv"), "--yaml", "sweeps/depth.yaml", "--group", "N,D,bs")
+    done = sweeper("replay", str(STEPLAW / "moe_lr_bs_loss.csv"), "--yaml", "sweeps/depth.yaml", "--group", "N,D,bs",
+                   "--duplicates", "error")
     assert done.returncode == 2 and "two runs at lr" in done.stderr and "Na" in done.stderr

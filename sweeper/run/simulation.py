@@ -1,0 +1,162 @@
+"""`sweeper launch SWEEP.yaml --simulate SURFACE.yaml`: the real controller on a planted surface.
+
+Everything but the trial is real: the plan, Ray Tune with a virtual pool (the surface's `pool`:
+N GPUs as Ray resources on this node, so GPU fractions, `by_size`, `concurrency: auto` and
+`stack: auto` pack as they would on a cluster), the ledger, the store, resume, `status`, `optima`,
+`fit` and the dashboard. The trial is `trials.simulated`: it sleeps its simulated duration and
+reports the surface's losses.
+
+A simulated sweep is marked everywhere: the manifest's `simulated` entry, every cell's
+compatibility fingerprint (so a simulated directory and a trained one can never be mixed: a
+relaunch of either kind over the other is refused), the corpus fingerprint of every point
+(`simulated:<surface fingerprint>`), and the readers show it (`sweeper.records.store.simulated_label`).
+
+`GpuProbe` measures what the simulation is for: the share of the pool's GPU-time that trials held,
+overall and while the open cells asked for at least the whole pool.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from sweeper.errors import UserError
+from sweeper.search.planner import Plan, fingerprint_of
+from trials.simulated import SimulatedCell
+from trials.surface import Surface
+
+
+def load_surface(path: str | Path) -> Surface:
+    """Read and validate a surface file; UserError with FILE:LINE per problem."""
+    from sweeper.spec.schema import _user_error, problems_from  # the sweep file's error rendering
+    from sweeper.spec.yamlio import YamlProblem, load_file
+
+    label = str(path)
+    if not Path(path).is_file():
+        raise UserError(f"--simulate {label}: no such file")
+    try:
+        loaded = load_file(path)
+    except YamlProblem as exc:
+        raise UserError(f"{label}: {exc.message}") from None
+    try:
+        return Surface.model_validate(loaded.data)
+    except ValidationError as exc:
+        raise _user_error(problems_from(exc, Surface), loaded, label) from None
+
+
+@dataclass
+class Simulation:
+    surface: Surface
+    path: str
+
+    @property
+    def fingerprint(self) -> str:
+        return self.surface.fingerprint()
+
+    @property
+    def corpus(self) -> str:
+        return f"simulated:{self.fingerprint}"
+
+    def manifest_entry(self) -> dict[str, Any]:
+        return {"surface": self.surface.name, "file": self.path, "fingerprint": self.fingerprint,
+                "time_compression": self.surface.time_compression, "pool": self.surface.pool.model_dump()}
+
+    def check(self, plan: Plan) -> None:
+        missing = sorted({c.method for c in plan.cells} - set(self.surface.methods))
+        if missing:
+            raise UserError(f"{self.path}: methods: no surface for {', '.join(missing)} (the sweep's methods; the "
+                            f"surface has {', '.join(sorted(self.surface.methods))})")
+        pool = self.surface.pool
+        for cell in plan.cells:
+            gpu = cell.resources.get("GPU", 0.0)
+            if gpu > pool.gpus or cell.resources.get("CPU", 0.0) > pool.cpus:
+                raise UserError(f"{self.path}: pool: {pool.gpus} GPUs and {pool.cpus} CPUs cannot hold one trial of "
+                                f"{cell.cell_id} ({cell.resources})")
+
+    def mark(self, plan: Plan) -> Plan:
+        """The plan with every cell's compatibility marked simulated (its fingerprint changes with it)."""
+        cells = []
+        for cell in plan.cells:
+            compat = {**cell.compat, "simulated": {"surface": self.surface.name, "fingerprint": self.fingerprint}}
+            cells.append(replace(cell, compat=compat, fingerprint=fingerprint_of(compat)))
+        return replace(plan, cells=cells)
+
+    def payload(self, plan: Plan) -> dict[str, Any]:
+        """What every simulated trial is given (`trials.simulated.simulated_trainable`)."""
+        cells = {
+            c.cell_id: SimulatedCell(method=c.method, x=c.x, steps=c.steps_per_point,
+                                     tokens_per_step=c.tokens_per_point // max(1, c.steps_per_point),
+                                     flops_per_token=c.flops_per_token, params=c.params,
+                                     params_nonembed=c.params_nonembed, vocab=c.model.vocab).to_dict()
+            for c in plan.cells
+        }
+        return {"surface": self.surface.model_dump(mode="json"), "cells": cells}
+
+
+@dataclass
+class GpuProbe:
+    """GPU-slot utilisation of a launch, sampled after every Tune loop step (a display hook).
+
+    In use: the GPU fractions of the Tune trials that started and have not ended. Demand: those,
+    plus trials waiting for resources, plus one first trial per cell with queued points. The
+    utilisation "while enough cells are open" counts only the time demand covered the pool."""
+
+    pool_gpus: float
+    clock: Callable[[], float] = time.time
+    last: tuple[float, float, float] | None = None  # (time, in use, demand)
+    busy: float = 0.0  # GPU-seconds held
+    span: float = 0.0  # seconds observed
+    saturated_busy: float = 0.0
+    saturated_span: float = 0.0
+    peak: float = 0.0
+    samples: list[tuple[float, float, float]] = field(default_factory=list)
+
+    def __call__(self, sweep: Any) -> None:
+        now = self.clock()
+        cells = sweep.cells
+        live = sweep.trials.points
+        started = sweep.trials.stats.trial_spans
+        in_use = waiting = 0.0
+        busy_cells = set()
+        for tid, pids in live.items():
+            cid = pids[0].rsplit("/", 1)[0] if pids else None
+            gpu = cells[cid].resources.get("GPU", 0.0) if cid in cells else 0.0
+            busy_cells.add(cid)
+            if tid in started:
+                in_use += gpu
+            else:
+                waiting += gpu
+        queued = sum(cells[cid].resources.get("GPU", 0.0) for cid, q in sweep.book.queue.items()
+                     if q and cid not in busy_cells)
+        self.sample(now, in_use, in_use + waiting + queued)
+
+    def sample(self, now: float, in_use: float, demand: float) -> None:
+        if self.last is not None:
+            t0, used, wanted = self.last
+            dt = max(0.0, now - t0)
+            self.busy += used * dt
+            self.span += dt
+            if wanted >= self.pool_gpus - 1e-9:
+                self.saturated_busy += used * dt
+                self.saturated_span += dt
+        self.last = (now, in_use, demand)
+        self.peak = max(self.peak, in_use)
+        if not self.samples or now - self.samples[-1][0] >= 1.0:
+            self.samples.append((now, in_use, demand))
+
+    def figures(self, compression: float) -> dict[str, Any]:
+        return {
+            "pool_gpus": self.pool_gpus,
+            "gpu_utilisation": self.busy / (self.pool_gpus * self.span) if self.span else None,
+            "gpu_utilisation_while_saturated": (self.saturated_busy / (self.pool_gpus * self.saturated_span)
+                                                if self.saturated_span else None),
+            "saturated_fraction_of_wall": self.saturated_span / self.span if self.span else None,
+            "peak_gpus_in_use": self.peak,
+            "simulated_gpu_hours": self.busy * compression / 3600,
+            "simulated_wall_hours": self.span * compression / 3600,
+        }
