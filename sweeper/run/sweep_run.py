@@ -76,7 +76,6 @@ class SweepRun:
                  measured: Mapping[str, Any] | None = None, clock: Callable[[], float] = time.time,
                  tracking: Tracking | None = None) -> None:
         self.plan = plan
-        self.gpu_memory = gpu_memory  # bytes of one GPU, when declared (a simulation's pool); else the planner's default
         self.clock = clock
         self.host_memory = host_memory
         self.device = device  # stack: auto's GPU memory (None: sweeper.search.memory's default)
