@@ -7,5 +7,15 @@
 - `fold` (point rows to cells, for every reader), `repair` (the store rebuilt from the ledger),
   `results` (optima, progress), `table` (the per-cell table of `launch` and `status`).
 
+Invariant (crash consistency): everything a relaunch needs is durable before it matters, so a
+kill at any moment changes no result. The ledger is written before the store (the store is
+rebuilt from it); a point's ledger entry exists before its Tune trial starts; and the entry is
+created in one commit with its cell's *plan* — every learning rate the cell had decided to
+train so far (its first grid, a prior's grid, refinements, extensions) — so a relaunch queues
+again what was planned and not yet assigned and re-derives nothing that depended on timing
+(`OptunaLedger.plans`, `sweeper.run.book.CellBook.load`). A decision none of whose points was
+assigned is re-derived from the finished results alone, which `decide` makes order-independent.
+Attributes of a cell written in several commits are completed by the next launch that uses it.
+
 Dashboards may read everything here; nothing here imports `sweeper.run`.
 """

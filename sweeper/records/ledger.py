@@ -10,7 +10,9 @@ Mapping
 - study `cell_id` (e.g. `layerrope/L48/s0`), direction minimize, user attrs describing the cell;
 - a ledger entry per point (an Optuna trial; not to be confused with the Ray Tune trial that
   trains it): param `lr` (log-float), user attrs `point_id`, `state`, `attempt`, `tune_trial_id`,
-  `started_at` (once it runs) and `metrics` (every final number: `PointRow.metrics()`);
+  `plan` (every learning rate its cell had planned when the entry was created: written in the
+  entry's one commit), `started_at` (once it runs) and `metrics` (every final number:
+  `PointRow.metrics()`);
   intermediate values = eval losses;
 - states: RUNNING = queued or running (see the `state` attr), COMPLETE = ok (value = the
   objective), PRUNED = diverged, or stalled when the `state` attr says so (like a diverged
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -87,8 +89,11 @@ class Ledger(Protocol):
 
     url: str
 
-    def open(self, row: PointRow, bounds: tuple[float, float], cell_attrs: Mapping[str, Any]) -> int:
-        """A new entry for a point just assigned (its cell's entry, with `cell_attrs`, on first use)."""
+    def open(self, row: PointRow, bounds: tuple[float, float], cell_attrs: Mapping[str, Any], *,
+             plan: Sequence[float] = ()) -> int:
+        """A new entry for a point just assigned, in one commit with `plan` (its cell's planned
+        learning rates so far); its cell's entry, with `cell_attrs`, on first use (attributes a
+        kill left unwritten are completed)."""
         ...
 
     def reassign(self, entry: int, row: PointRow) -> None:
@@ -109,6 +114,10 @@ class Ledger(Protocol):
 
     def cells(self) -> dict[str, dict[str, Any]]:
         """Every cell with its attributes."""
+        ...
+
+    def plans(self) -> dict[str, list[float]]:
+        """Every cell's planned learning rates: the union of the plans its entries recorded."""
         ...
 
     def load(self, *, loop_axis: bool = False) -> list[LedgerEntry]:
@@ -136,21 +145,27 @@ class OptunaLedger:
 
     # -- writing ------------------------------------------------------------------------------
     def study_id(self, cell_id: str, attrs: Mapping[str, Any] | None = None) -> int:
+        """The cell's study, created with `attrs` if need be; cached once its attributes are complete."""
         if cell_id in self._study_ids:
             return self._study_ids[cell_id]
         try:
             sid = self.storage.get_study_id_from_name(cell_id)
+            written = self.storage.get_study_user_attrs(sid) if attrs else {}
         except KeyError:
             try:
                 sid = self.storage.create_new_study([optuna.study.StudyDirection.MINIMIZE], study_name=cell_id)
             except optuna.exceptions.DuplicatedStudyError:
                 sid = self.storage.get_study_id_from_name(cell_id)
-            for key, value in (attrs or {}).items():
+            written = {}
+        # One commit per attribute: a kill between them leaves some unwritten; the next use completes them.
+        for key, value in (attrs or {}).items():
+            if key not in written:
                 self.storage.set_study_user_attr(sid, key, _clean(value))
         self._study_ids[cell_id] = sid
         return sid
 
-    def open(self, row: PointRow, bounds: tuple[float, float], cell_attrs: Mapping[str, Any]) -> int:
+    def open(self, row: PointRow, bounds: tuple[float, float], cell_attrs: Mapping[str, Any], *,
+             plan: Sequence[float] = ()) -> int:
         sid = self.study_id(row.cell.cell_id, cell_attrs)
         lo, hi = min(bounds[0], row.lr), max(bounds[1], row.lr)
         template = create_trial(
@@ -158,7 +173,7 @@ class OptunaLedger:
             params={"lr": row.lr},
             distributions={"lr": FloatDistribution(lo, hi, log=True)},
             user_attrs={"point_id": row.point_id, "state": "queued", "attempt": row.attempt,
-                        "tune_trial_id": row.tune_trial_id},
+                        "tune_trial_id": row.tune_trial_id, "plan": [float(lr) for lr in plan]},
         )
         return int(self.storage.create_new_trial(sid, template_trial=template))
 
@@ -193,11 +208,26 @@ class OptunaLedger:
     def cells(self) -> dict[str, dict[str, Any]]:
         return {s.study_name: dict(s.user_attrs) for s in self.storage.get_all_studies()}
 
+    def plans(self) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {}
+        for study in self.storage.get_all_studies():
+            planned: set[float] = set()
+            legacy = study.user_attrs.get("initial_grid")  # a ledger written before plans were recorded
+            if isinstance(legacy, list):
+                planned.update(float(lr) for lr in legacy)
+            sid = self.storage.get_study_id_from_name(study.study_name)
+            for t in self.storage.get_all_trials(sid, deepcopy=False):
+                plan = t.user_attrs.get("plan")
+                if isinstance(plan, list):
+                    planned.update(float(lr) for lr in plan)
+            if planned:
+                out[study.study_name] = sorted(planned)
+        return out
+
     def load(self, *, loop_axis: bool = False) -> list[LedgerEntry]:
         out: list[LedgerEntry] = []
         for study in self.storage.get_all_studies():
-            sid = self.storage.get_study_id_from_name(study.study_name)
-            self._study_ids[study.study_name] = sid
+            sid = self.storage.get_study_id_from_name(study.study_name)  # not cached: see `study_id`
             facts = CellFacts.from_attrs(study.study_name, study.user_attrs, loop_axis=loop_axis)
             latest: dict[str, tuple[int, PointRow]] = {}
             for t in self.storage.get_all_trials(sid, deepcopy=False):

@@ -18,7 +18,10 @@ Rules
   storage fault), when they stay active and the next launch resumes them.
 - A finished point is never assigned again (`--retry-failed` re-queues failed ones at load).
 - New learning rates come from `sweeper.search.bracketing.decide` only, first ones from
-  `sweeper.search.prior.first_grid`.
+  `sweeper.search.prior.first_grid`. Every learning rate a cell decides to train joins its
+  *plan* (`plans`), and each assignment carries the plan so far to the ledger, in the same
+  commit as the point's entry: a relaunch queues again the planned learning rates that no
+  entry holds and re-derives nothing (see `sweeper.records`).
 """
 
 from __future__ import annotations
@@ -89,7 +92,7 @@ class Change:
     store: bool = True  # append the row to the store's points table
     report: tuple[int, float] | None = None  # (step, eval loss): a ledger intermediate value
     curve: CurvePoint | None = None
-    initial_grid: tuple[float, ...] | None = None  # with ASSIGN: the cell's first grid (recorded with the cell)
+    plan: tuple[float, ...] = ()  # with ASSIGN: every learning rate the cell has planned so far
 
 
 @dataclass
@@ -110,7 +113,7 @@ class CellBook:
         self.queue: dict[str, list[float]] = {cid: [] for cid in self.cells}
         self.decisions: dict[str, CellDecision] = {}
         self.waiting: dict[str, str] = {}  # cell -> why it cannot start yet
-        self.initial_grids: dict[str, list[float]] = {}  # cell -> its first grid (recorded in the ledger)
+        self.plans: dict[str, list[float]] = {cid: [] for cid in self.cells}  # cell -> every LR it decided to train
         self.expected_corpus: str | None = None
         self.notes: list[str] = []  # notable events, for the live display
         self.ignored: Counter[str] = Counter()  # events that changed nothing, by reason
@@ -120,14 +123,14 @@ class CellBook:
     # -- loading --------------------------------------------------------------------------------
     def load(self, rows: Iterable[PointRow], *, holders: Mapping[str, str] | None = None, retry_failed: bool = False,
              store_states: Mapping[str, str] | None = None,
-             recorded_grids: Mapping[str, list[float]] | None = None) -> tuple[LoadCounts, list[Change]]:
+             recorded_plans: Mapping[str, list[float]] | None = None) -> tuple[LoadCounts, list[Change]]:
         """Take the ledger's points (their current rows); re-queue active points no restored Tune
         trial holds.
 
         `holders`: point id -> the restored Tune trial that will resume it. `store_states`: the
-        store's state per point (a row is appended where the store lags). `recorded_grids`: each
-        cell's first grid as the ledger recorded it (learning rates of it never assigned before a
-        kill are queued again, see `_requeue_initial_grid`)."""
+        store's state per point (a row is appended where the store lags). `recorded_plans`: each
+        cell's plan as the ledger recorded it (its learning rates never assigned before a kill are
+        queued again, see `_requeue_planned`)."""
         holders, store_states = holders or {}, store_states or {}
         counts, changes = LoadCounts(), []
         for row in rows:
@@ -153,25 +156,27 @@ class CellBook:
             else:  # stale: its trial is gone; run it again from the start
                 changes.append(self._requeue(row, "re-run: its trial did not survive the last launch"))
                 counts.rerun += 1
-        for cid, grid in (recorded_grids or {}).items():
-            self._requeue_initial_grid(cid, grid)
+        for cid, plan in (recorded_plans or {}).items():
+            self._requeue_planned(cid, plan)
         for cid in self.cells:
             self.refresh(cid)
         return counts, changes
 
-    def _requeue_initial_grid(self, cid: str, grid: list[float]) -> None:
-        """Queue again the learning rates of a cell's first grid that were never assigned.
+    def _requeue_planned(self, cid: str, plan: list[float]) -> None:
+        """Queue again the planned learning rates of a cell that were never assigned.
 
-        The queue lives in memory only. A driver killed after a cell's first stacks were assigned
-        but before the rest of its first grid was would otherwise resume with a partial grid,
-        which `decide` treats as the whole grid: it extends from there and explores other learning
-        rates than an uninterrupted run."""
+        The queue lives in memory only. A driver killed after the first points of a decision
+        (the first grid, a refinement, an extension) were assigned but before the rest were would
+        otherwise resume with part of it, which `decide` takes for the whole: it extends or stops
+        from there and explores other learning rates than an uninterrupted run."""
         if cid not in self.cells or not self.points[cid]:
-            return
-        self.initial_grids[cid] = [float(lr) for lr in grid]
-        known = {row.lr for row in self.points[cid].values()} | set(self.queue[cid])
+            return  # nothing of the cell was assigned: nothing of its plan started, it is decided afresh
         policy = self.cells[cid].policy  # the LR policy may have changed since: stay inside its bounds
-        self.queue[cid].extend(lr for lr in self.initial_grids[cid] if lr not in known and policy.lo <= lr <= policy.hi)
+        known = {row.lr for row in self.points[cid].values()}
+        planned = {float(lr) for lr in plan if policy.lo <= float(lr) <= policy.hi}
+        self.plans[cid] = sorted(planned | known | set(self.plans[cid]))
+        waiting = known | set(self.queue[cid])
+        self.queue[cid].extend(lr for lr in self.plans[cid] if lr not in waiting)
 
     # -- decisions ------------------------------------------------------------------------------
     def grid_points(self, cid: str) -> list[GridPoint]:
@@ -195,10 +200,10 @@ class CellBook:
                 self.decisions[cid] = d
                 return d
             initial = first.lrs
-            self.initial_grids[cid] = list(initial[: cell.policy.max_points])
         d = decide(pts, cell.policy, initial=initial)
         if d.next_lrs:
             self.queue[cid].extend(d.next_lrs)
+            self.plans[cid].extend(d.next_lrs)
             d = decide(self.grid_points(cid), cell.policy)
         self.waiting.pop(cid, None)
         previous = self.decisions.get(cid)
@@ -247,8 +252,7 @@ class CellBook:
             row = self.points[cid].get(cell.point_id(lr)) or PointRow(cell.facts, lr)
             new = self._set(row, PointEvent.ASSIGN, attempt=row.attempt + 1, tune_trial_id=tune_trial_id,
                             steps=0, tokens=0, train_seconds=0.0, started_at=None, finished_at=None)
-            grid = self.initial_grids.get(cid)
-            changes.append(Change(new, LedgerOp.ASSIGN, initial_grid=tuple(grid) if grid is not None else None))
+            changes.append(Change(new, LedgerOp.ASSIGN, plan=tuple(self.plans[cid])))
         self.refresh(cid)
         return changes
 

@@ -60,9 +60,8 @@ class Recorder:
         if change.ledger is LedgerOp.ASSIGN:
             if entry is None:
                 cell = self.cells[row.cell.cell_id]
-                self.entries[row.point_id] = self.ledger.open(
-                    row, (cell.policy.lo, cell.policy.hi),
-                    {**cell.ledger_attrs(), "initial_grid": list(change.initial_grid) if change.initial_grid is not None else None})
+                self.entries[row.point_id] = self.ledger.open(row, (cell.policy.lo, cell.policy.hi),
+                                                              cell.ledger_attrs(), plan=change.plan)
             else:
                 self.ledger.reassign(entry, row)
         elif change.ledger is LedgerOp.START and entry is not None:

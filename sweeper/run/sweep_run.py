@@ -109,11 +109,10 @@ class SweepRun:
         entries = list(entries)
         planned = [e.with_facts(self.cells[e.row.cell.cell_id].facts) for e in entries
                    if e.row.cell.cell_id in self.cells]
-        grids = {cid: attrs["initial_grid"] for cid, attrs in self.ledger.cells().items()
-                 if isinstance(attrs.get("initial_grid"), list)}
         holders = {pid: tid for tid, pids in claimed.items() for pid in pids}
         counts, changes = self.book.load([e.row for e in planned], holders=holders, retry_failed=retry_failed,
-                                         store_states=store_states, recorded_grids=grids)
+                                         store_states=store_states,
+                                         recorded_plans=self.ledger.plans())
         self.recorder.adopt({e.row.point_id: e.entry for e in planned if e.entry is not None})
         self.trials.restore(claimed)
         self._record(changes)

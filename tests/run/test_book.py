@@ -182,10 +182,10 @@ def test_load_resumes_reruns_and_retries():
     rows = [c.row for c in first.assign("pre/L2/s0", 2, "t1")]  # the third LR of the grid is only queued
     failed = first.trial_gone("t1", [rows[0].point_id], error="boom", unrestorable=False, stopping=False, now=1.0)
     ledger_rows = [failed[0].row, rows[1]]
-    grid = first.initial_grids["pre/L2/s0"]
+    grid = first.plans["pre/L2/s0"]
 
     again = book()
-    counts, changes = again.load(ledger_rows, recorded_grids={"pre/L2/s0": grid})
+    counts, changes = again.load(ledger_rows, recorded_plans={"pre/L2/s0": grid})
     assert counts.as_dict() == {"finished": 1, "resumed": 0, "rerun": 1, "retried": 0}
     assert sorted(again.queue["pre/L2/s0"]) == sorted(grid[1:])  # the re-run and the never-assigned rest
     claimed = book()
