@@ -4,8 +4,9 @@ The manifest, the YAML copies, the store's Parquet chunks and its cells snapshot
 each is written to a temporary name beside its target, fsynced, then renamed over it, so a
 reader (or a relaunch after a kill) sees the old file or the whole new one, never a torn one,
 and a failed write (a full disk) leaves no debris. With the ledger's commits (one per call of
-`sweeper.records.ledger.Ledger`), these functions are all the writes a sweep makes: a tool
-that counts or interrupts durable writes wraps them here.
+`sweeper.records.ledger.Ledger`), these functions are all the writes a sweep makes; each
+passes through `sweeper.records.crash_points.durable_write`, the seam that counts them and can
+kill the driver at one (crash-consistency tests).
 """
 
 from __future__ import annotations
@@ -18,13 +19,26 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sweeper.records.crash_points import durable_write
+
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON so that readers see either the old file or the whole new one."""
     write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False, default=str))
 
 
+def write_kind(path: Path) -> str:
+    """A durable file's kind for the crash-point log: its folder and name (a numbered store chunk: `chunk`)."""
+    name = "chunk" if path.stem.isdigit() else path.name
+    return f"file:{path.parent.name}/{name}"
+
+
 def write_text_atomic(path: Path, text: str) -> None:
+    with durable_write(write_kind(path)):
+        _write_text(path, text)
+
+
+def _write_text(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "w") as fh:
@@ -40,6 +54,11 @@ def write_text_atomic(path: Path, text: str) -> None:
 def write_parquet_atomic(table: pa.Table, path: Path) -> None:
     """Write a chunk that readers can verify: every data page carries a CRC32 (checked on read),
     no copy of the Arrow schema in the footer (a flipped bit there silently changed column types)."""
+    with durable_write(write_kind(path)):
+        _write_parquet(table, path)
+
+
+def _write_parquet(table: pa.Table, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         pq.write_table(table, tmp, compression="zstd", write_statistics=False, write_page_checksum=True,

@@ -39,6 +39,7 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState, create_trial
 
+from sweeper.records.crash_points import durable_write
 from sweeper.records.rows import CellFacts, PointRow
 from sweeper.records.states import ACTIVE_STATES, PointState
 from sweeper.records.storage_errors import lock_timeout
@@ -153,14 +154,16 @@ class OptunaLedger:
             written = self.storage.get_study_user_attrs(sid) if attrs else {}
         except KeyError:
             try:
-                sid = self.storage.create_new_study([optuna.study.StudyDirection.MINIMIZE], study_name=cell_id)
+                with durable_write("ledger:study"):
+                    sid = self.storage.create_new_study([optuna.study.StudyDirection.MINIMIZE], study_name=cell_id)
             except optuna.exceptions.DuplicatedStudyError:
                 sid = self.storage.get_study_id_from_name(cell_id)
             written = {}
         # One commit per attribute: a kill between them leaves some unwritten; the next use completes them.
         for key, value in (attrs or {}).items():
             if key not in written:
-                self.storage.set_study_user_attr(sid, key, _clean(value))
+                with durable_write("ledger:cell-attr"):
+                    self.storage.set_study_user_attr(sid, key, _clean(value))
         self._study_ids[cell_id] = sid
         return sid
 
@@ -175,11 +178,13 @@ class OptunaLedger:
             user_attrs={"point_id": row.point_id, "state": "queued", "attempt": row.attempt,
                         "tune_trial_id": row.tune_trial_id, "plan": [float(lr) for lr in plan]},
         )
-        return int(self.storage.create_new_trial(sid, template_trial=template))
+        with durable_write("ledger:open"):
+            return int(self.storage.create_new_trial(sid, template_trial=template))
 
     def _update(self, entry: int, **attrs: Any) -> None:
-        for key, value in attrs.items():
-            self.storage.set_trial_user_attr(entry, key, _clean(value))
+        for key, value in attrs.items():  # one commit each
+            with durable_write(f"ledger:{key}"):
+                self.storage.set_trial_user_attr(entry, key, _clean(value))
 
     def reassign(self, entry: int, row: PointRow) -> None:
         self._update(entry, state="queued", attempt=row.attempt, tune_trial_id=row.tune_trial_id)
@@ -189,7 +194,8 @@ class OptunaLedger:
 
     def report(self, entry: int, step: int, value: float) -> None:
         if math.isfinite(value):
-            self.storage.set_trial_intermediate_value(entry, step, value)
+            with durable_write("ledger:report"):
+                self.storage.set_trial_intermediate_value(entry, step, value)
 
     def finish(self, entry: int, row: PointRow) -> None:
         """Record a finished point: ok → COMPLETE(objective), diverged and stalled → PRUNED (the
@@ -197,12 +203,13 @@ class OptunaLedger:
         metrics = row.metrics()
         extra = {"reason": metrics["reason"]} if metrics.get("reason") else {}
         self._update(entry, state=row.state.value, metrics=metrics, **extra)
-        if row.state is PointState.OK and row.objective is not None:
-            self.storage.set_trial_state_values(entry, TrialState.COMPLETE, [float(row.objective)])
-        elif row.state.counts_as_diverged:
-            self.storage.set_trial_state_values(entry, TrialState.PRUNED)
-        else:
-            self.storage.set_trial_state_values(entry, TrialState.FAIL)
+        with durable_write("ledger:finish"):
+            if row.state is PointState.OK and row.objective is not None:
+                self.storage.set_trial_state_values(entry, TrialState.COMPLETE, [float(row.objective)])
+            elif row.state.counts_as_diverged:
+                self.storage.set_trial_state_values(entry, TrialState.PRUNED)
+            else:
+                self.storage.set_trial_state_values(entry, TrialState.FAIL)
 
     # -- reading ------------------------------------------------------------------------------
     def cells(self) -> dict[str, dict[str, Any]]:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sweeper.errors import UserError
+from sweeper.records import crash_points
 from sweeper.records.durable import write_json_atomic
 from sweeper.records.ledger import OptunaLedger
 from sweeper.records.rows import CellRow
@@ -91,6 +92,7 @@ def preflight_data(plan: Plan) -> str | None:
 def launch(plan: Plan, *, address: str | None = None, retry_failed: bool = False, console: Any = None,
            started: float | None = None, simulation: Simulation | None = None) -> LaunchSummary:
     started = started or time.time()
+    crash_points.arm_from_env()  # a test seam, off unless its environment variables are set
     if simulation is not None:
         if address:
             raise UserError("--simulate runs on a virtual pool on this machine: drop --address")

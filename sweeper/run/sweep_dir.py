@@ -59,12 +59,21 @@ def check_output_dir(plan: Plan) -> dict[str, Any] | None:
     if not path.is_dir():
         raise UserError(f"{path}: exists and is not a directory; choose another output (--out)")
     if not is_sweep_dir(path):
-        if any(path.iterdir()):
+        if any(not _left_before_the_manifest(p.name) for p in path.iterdir()):
             raise UserError(f"{path}: exists, is not empty and is not a sweep directory; choose another output (--out)")
         return None
     manifest = read_manifest(path)
     check_compatible(plan, manifest)
     return manifest
+
+
+LOCK_FILE = "driver.lock"
+
+
+def _left_before_the_manifest(name: str) -> bool:
+    """What a launch killed before it wrote the first manifest may leave: the lock, and the
+    temporary file of an atomic write (`sweeper.records.durable`). Such a directory is new."""
+    return name == LOCK_FILE or (name.startswith(".") and name.endswith(".tmp"))
 
 
 def check_compatible(plan: Plan, manifest: dict[str, Any]) -> None:
@@ -140,8 +149,10 @@ def prepare(plan: Plan, old: dict[str, Any] | None, corpus: str | None,
     manifest["overrides"] = list(plan.overrides)
     if entropy is not None:
         manifest["unigram_entropy"] = entropy
-    yaml_name = save_yaml_copy(plan.sweep_dir, plan.source, plan.overrides, plan.document)
+    # The manifest first: it makes the folder a sweep directory, which a relaunch continues (a
+    # folder holding only a YAML copy would be refused as someone else's).
     write_json_atomic(plan.sweep_dir / MANIFEST, manifest)
+    yaml_name = save_yaml_copy(plan.sweep_dir, plan.source, plan.overrides, plan.document)
     return manifest, yaml_name
 
 
@@ -214,7 +225,7 @@ def check_ledger_has_the_store(url: str, entries: list[LedgerEntry], store_point
 
 def hold_driver_lock(sweep_dir: Path) -> TextIO:
     """One driver per sweep directory: an exclusive lock, released by the kernel even on SIGKILL."""
-    path = sweep_dir / "driver.lock"
+    path = sweep_dir / LOCK_FILE
     handle = open(path, "a+")
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -42,6 +42,7 @@ from ray.tune.search import Searcher
 from ray.tune.stopper import Stopper
 
 from sweeper.errors import UserError
+from sweeper.records.crash_points import durable_write
 from sweeper.records.storage_errors import is_storage_error
 from sweeper.run.sweep_run import SWEEP_DONE, SweepRun, point_ids_of
 from sweeper.search.planner import Plan
@@ -123,7 +124,9 @@ class SweepSearcher(Searcher):
 
     def save(self, checkpoint_path: str) -> None:
         # The ledger is the sweep's only persistent state; the driver rebuilds the queue from it.
-        Path(checkpoint_path).write_text(json.dumps({"searcher": "layerrope-sweeper", "version": 1}))
+        # Tune calls this while it writes its experiment snapshot: the snapshot's crash point.
+        with durable_write("tune:snapshot"):
+            Path(checkpoint_path).write_text(json.dumps({"searcher": "layerrope-sweeper", "version": 1}))
 
     def restore(self, checkpoint_path: str) -> None:
         return None

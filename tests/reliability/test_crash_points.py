@@ -1,0 +1,51 @@
+"""Issue 19, item 2: the driver killed at its durable writes, one crash point after another.
+
+In-process (no Ray, seconds): the driver's `SweepRun` with its real recorder, SQLite ledger and
+Parquet store, driven by a deterministic stand-in for Tune (two slots; each trial starts,
+reports, finishes). The crash-point seam (`sweeper.records.crash_points`) raises `CrashPoint`
+right before or after the k-th durable write; the sweep is then reopened from its directory as
+a relaunch opens it (ledger, store rows, no Tune trial restored) and run to the end. Every
+crash point must leave the uninterrupted run's points, objectives and decisions, with the
+store agreeing with the ledger.
+
+With real Ray and a real SIGKILL of the driver subprocess: `test_a_driver_killed_at_writes_of_
+every_kind_...` below, and the full harness over every write, `python -m
+tests.reliability.crash_harness` (a benchmark command: it prints its figures).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from tests.reliability.crash_harness import crash_in_process, outcome_in_process, reference_in_process
+
+# The windows of issue 19 and a write of each kind the in-process driver makes: the cell's creation
+# (an attribute), a point's entry (the first of the grid, the first and second of the
+# refinement), its start, a progress report, its finish, a store chunk, the cells snapshot. Every
+# write: `python -m tests.reliability.crash_harness --in-process --when both`.
+CASES = [("ledger:cell-attr#3", "after"), ("ledger:open#1", "after"), ("ledger:open#5", "after"),
+         ("ledger:open#6", "before"), ("ledger:state#2", "after"), ("ledger:report#1", "after"),
+         ("ledger:finish#3", "after"), ("file:points/chunk#2", "after"), ("file:store/cells.parquet#2", "after")]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], list[str]]:
+    return reference_in_process(tmp_path_factory.mktemp("crash-reference"))
+
+
+def test_the_small_sweep_makes_every_kind_of_write_and_brackets(reference):
+    want, writes = reference
+    assert len(want["points"]) == 6 and [d[0] for d in want["decisions"].values()] == ["bracketed"]
+    assert {kind for kind, _ in (case[0].rsplit("#", 1) for case in CASES)} <= set(writes)
+    counts = Counter(writes)
+    assert all(counts[kind] >= int(n) for kind, n in (case[0].rsplit("#", 1) for case in CASES))
+
+
+@pytest.mark.parametrize(("point", "when"), CASES, ids=[f"{p}:{w}" for p, w in CASES])
+def test_killed_at_a_durable_write_the_relaunched_sweep_has_the_uninterrupted_results(tmp_path, reference,
+                                                                                         point, when):
+    crash_in_process(tmp_path, point, when)
+    assert outcome_in_process(tmp_path) == reference[0]
