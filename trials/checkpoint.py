@@ -10,6 +10,11 @@ Layout of a checkpoint folder `ROOT/step-000000200/`:
 A checkpoint is written into a hidden temporary folder, every file fsynced, then renamed into
 place: a folder named `step-*` is always complete, and the newest one is the checkpoint.
 Older ones are deleted after the rename, so a crash at any moment leaves a usable checkpoint.
+
+Crash points (a test seam, off unless set): `LAYERROPE_SWEEPER_CHECKPOINT_CRASH=N:WRITE`
+SIGKILLs the process right after WRITE (one of `WRITES`: each file, the rename into place, the
+pruning of older checkpoints) of the N-th checkpoint this process saves; tests that stay in
+one process use `arm_crash` (an action instead of the kill).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import json
 import os
 import re
 import shutil
+import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +34,46 @@ from safetensors.torch import load_file, save_file
 VERSION = 1
 _STEP_DIR = re.compile(r"^step-(\d{9})$")
 GROUPS = ("model", "optimizer", "extra")
+WRITES = (*GROUPS, "state", "rename", "prune")
+CRASH_ENV = "LAYERROPE_SWEEPER_CHECKPOINT_CRASH"
+
+
+class _CrashPoints:
+    """Which write of which checkpoint ends the process (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.saved = 0  # checkpoints started by this process
+        self.armed: tuple[int, str, Callable[[], None]] | None = None
+
+    def target(self) -> tuple[int, str, Callable[[], None]] | None:
+        if self.armed is not None:
+            return self.armed
+        text = os.environ.get(CRASH_ENV)
+        if not text:
+            return None
+        n, _, write = text.partition(":")
+        if not n.isdigit() or write not in WRITES:
+            raise ValueError(f"{CRASH_ENV}={text!r}: expected N:WRITE with WRITE one of {', '.join(WRITES)}")
+        return int(n), write, lambda: os.kill(os.getpid(), signal.SIGKILL)
+
+    def after(self, write: str) -> None:
+        target = self.target()
+        if target is not None and target[0] == self.saved and target[1] == write:
+            target[2]()
+
+
+_CRASH = _CrashPoints()
+
+
+def arm_crash(n: int, write: str, action: Callable[[], None]) -> None:
+    """Run `action` right after `write` of the `n`-th checkpoint saved from now on (tests)."""
+    if write not in WRITES:
+        raise ValueError(f"write must be one of {WRITES}, not {write!r}")
+    _CRASH.saved, _CRASH.armed = 0, (n, write, action)
+
+
+def disarm_crash() -> None:
+    _CRASH.saved, _CRASH.armed = 0, None
 
 
 def _fsync_dir(path: Path) -> None:
@@ -58,6 +105,7 @@ def _plain(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def save_checkpoint(root: Path, step: int, tensors: dict[str, dict[str, torch.Tensor]], state: dict[str, Any]) -> Path:
     """Write checkpoint `step` under `root` atomically; return its folder."""
     root.mkdir(parents=True, exist_ok=True)
+    _CRASH.saved += 1
     final = root / f"step-{step:09d}"
     tmp = root / f".tmp-step-{step:09d}-{os.getpid()}"
     if tmp.exists():
@@ -67,11 +115,13 @@ def save_checkpoint(root: Path, step: int, tensors: dict[str, dict[str, torch.Te
         path = tmp / f"{group}.safetensors"
         save_file(_plain(tensors.get(group, {})), str(path))
         _fsync_file(path)
+        _CRASH.after(group)
     with open(tmp / "state.json", "w") as fh:
         json.dump({"version": VERSION, **state}, fh, allow_nan=True)
         fh.flush()
         os.fsync(fh.fileno())
     _fsync_dir(tmp)
+    _CRASH.after("state")
     if final.exists():  # the same step written again (e.g. the end coincides with a periodic save)
         old = root / f".old-step-{step:09d}-{os.getpid()}"
         os.replace(final, old)
@@ -80,9 +130,11 @@ def save_checkpoint(root: Path, step: int, tensors: dict[str, dict[str, torch.Te
     else:
         os.replace(tmp, final)
     _fsync_dir(root)
+    _CRASH.after("rename")
     for other in list_checkpoints(root):
         if other != final:
             shutil.rmtree(other, ignore_errors=True)
+    _CRASH.after("prune")
     for debris in root.glob(".*-step-*"):  # temporary folders of an earlier writer that crashed
         if debris.is_dir():
             shutil.rmtree(debris, ignore_errors=True)
