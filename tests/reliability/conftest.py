@@ -7,6 +7,9 @@ Figures: each test stores what it measured with `figures.record(key, title=..., 
 terminal summary) — and `python tests/reliability/table.py FILE` turns that file into the
 README's reliability table.
 
+CPU load: `RELIABILITY_CPU_HOG=2` runs two busy processes beside the kill tests (the six random
+kills, the crash points), to show that timing does not change results.
+
 Fault injection (`trials.faults`) is switched on for the whole session by pointing
 `LAYERROPE_SWEEPER_FAULTS` at a file that exists only while a test writes it. The variable
 is set here, at import (collection) time, before any test starts Ray, so the Ray workers of
@@ -23,6 +26,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +38,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 REPORT_ENV = "RELIABILITY_REPORT"
+HOG_ENV = "RELIABILITY_CPU_HOG"  # N busy processes beside the kill tests (timing must not change results)
 
 SWEEP = """\
 name: {name}
@@ -131,6 +136,26 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: 
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+@contextmanager
+def cpu_hog(processes: int) -> Iterator[None]:
+    """`processes` busy loops (nice 0) for the duration: a machine whose cores are all taken."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
+@pytest.fixture()
+def cpu_load() -> Iterator[int]:
+    """`$RELIABILITY_CPU_HOG` busy processes for the test's duration (none by default)."""
+    processes = int(os.environ.get(HOG_ENV, "0") or 0)
+    with cpu_hog(processes):
+        yield processes
 
 
 # -- fault plans ------------------------------------------------------------------------------------

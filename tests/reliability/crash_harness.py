@@ -43,7 +43,8 @@ from sweeper.records.ledger import OptunaLedger, storage_url
 from sweeper.records.store import load_curves, load_points
 from sweeper.run.sweep_run import SWEEP_DONE, SweepRun
 from tests.run.driving import end, make_sweep, member, report, result
-from tests.reliability.conftest import Driver, finished_in_ledger, ledger_trials, optima_cells, write_sweep
+from tests.reliability.conftest import (Driver, cpu_hog, finished_in_ledger, ledger_trials, optima_cells,
+                                        write_sweep)
 
 # One cell whose best learning rate is at the grid's edge: the grid, an extension and a
 # two-point refinement (a plan that two trials start one after the other), five points.
@@ -226,9 +227,9 @@ def reference_in_process(folder: Path) -> tuple[dict[str, Any], list[str]]:
 
 @dataclass
 class CrashOutcome:
-    point: str  # K[:when] or KIND#N[:when]
-    killed: bool  # the driver died at the crash point (False: it never got that far)
-    kind: str | None  # the kind of the write it died at
+    point: str  # K[:when] or KIND#N[:when], comma-separated for a chain of launches
+    killed: bool  # every launch died at its crash point (False: one never got that far)
+    kind: str | None  # the kind of the write the (last) launch died at
     finished_at_kill: int
     differences: list[str]
     retrained: list[str]
@@ -274,6 +275,7 @@ class Harness:
                                                             for p in points))
         started = time.time()
         killed, kind, finished = True, None, {}
+        since_kill: list[tuple[float, set[str]]] = []  # (the next launch's start, points finished at the kill)
         for n, point in enumerate(points):
             log = yaml.parent / f"writes-{n}.log"
             driver = self._launch(yaml, {CRASH_AT_ENV: point, WRITE_LOG_ENV: str(log)})
@@ -282,18 +284,21 @@ class Harness:
             writes = read_writes(log)
             if code == 0:
                 killed = False  # fewer writes than the crash point: the sweep finished
+                kind = None
             else:
                 assert code == -9, f"the driver failed at crash point {point} (exit {code}): {err[-3000:]}"
-                kind = writes[-1] if writes and not point.endswith(":before") else None
+                kind = writes[-1] if writes else None  # "KIND (killed before it)" for a :before point
             finished = finished_in_ledger(sweep) if (sweep / "ledger.db").exists() else {}
+            since_kill.append((time.time(), set(finished)))
         resumed = self._launch(yaml, {})
         summary = resumed.summary()
         assert not summary["interrupted"], summary
         results = Results.of(sweep)
         curves = load_curves(sweep)
-        again = curves.filter(curves["time"] > resumed.started)["point_id"].unique().to_list()
+        retrained = {pid for after, done in since_kill
+                     for pid in curves.filter(curves["time"] > after)["point_id"].unique().to_list() if pid in done}
         return CrashOutcome(",".join(points), killed, kind, len(finished), differences(results, self.reference),
-                            sorted(set(again) & set(finished)), time.time() - started)
+                            sorted(retrained), time.time() - started)
 
 
 def every_crash_point(writes: list[str], when: str) -> list[str]:
@@ -305,18 +310,6 @@ def every_crash_point(writes: list[str], when: str) -> list[str]:
         if when in ("after", "both"):
             out.append(f"{k}:after")
     return out
-
-
-@contextmanager
-def cpu_hog(processes: int) -> Iterator[None]:
-    """`processes` busy loops (nice 0) for the duration: a machine whose cores are all taken."""
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes)]
-    try:
-        yield
-    finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
 
 
 @contextmanager

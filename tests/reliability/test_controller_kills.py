@@ -65,7 +65,7 @@ def _finished(sweep: Path) -> int:
 
 @pytest.mark.slow
 def test_driver_killed_six_times_completes_with_the_uninterrupted_results(ray_session, tmp_path, reference_run,
-                                                                            drivers, figures):
+                                                                            drivers, figures, cpu_load):
     yaml = write_sweep(tmp_path, "killsweep", **KILL_SWEEP)
     sweep = tmp_path / "killsweep"
     total = load_points(reference_run["dir"]).height
@@ -150,6 +150,7 @@ def test_driver_killed_six_times_completes_with_the_uninterrupted_results(ray_se
               "(1-8 s after a start, or once training and 0-2 more points finished, plus 0-2 s; earlier if that launch "
               "finished its share of the open points), relaunch after each; compare with an uninterrupted run"),
         kills_survived=len(kills),
+        cpu_hog_processes=cpu_load,
         kill_phases={p: sum(k["phase"] == p for k in kills) for p in ("1-8 s after start", "while training")},
         kill_seconds_after_start=[k["after_start"] for k in kills],
         kills_brought_forward_by_the_share=sum(k["early"] for k in kills),

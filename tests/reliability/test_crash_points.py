@@ -8,9 +8,9 @@ a relaunch opens it (ledger, store rows, no Tune trial restored) and run to the 
 crash point must leave the uninterrupted run's points, objectives and decisions, with the
 store agreeing with the ledger.
 
-With real Ray and a real SIGKILL of the driver subprocess: `test_a_driver_killed_at_writes_of_
-every_kind_...` below, and the full harness over every write, `python -m
-tests.reliability.crash_harness` (a benchmark command: it prints its figures).
+With real Ray and a real SIGKILL of the driver subprocess: `test_a_driver_sigkilled_at_...`
+below, and the full harness over every write, `python -m tests.reliability.crash_harness`
+(a benchmark command: it prints its figures).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from tests.reliability.crash_harness import crash_in_process, outcome_in_process, reference_in_process
+from tests.reliability.conftest import KILL_SWEEP
+from tests.reliability.crash_harness import Harness, Results, crash_in_process, outcome_in_process, reference_in_process
 
 # The windows of issue 19 and a write of each kind the in-process driver makes: the cell's creation
 # (an attribute), a point's entry (the first of the grid, the first and second of the
@@ -49,3 +50,30 @@ def test_killed_at_a_durable_write_the_relaunched_sweep_has_the_uninterrupted_re
                                                                                          point, when):
     crash_in_process(tmp_path, point, when)
     assert outcome_in_process(tmp_path) == reference[0]
+
+
+# One launch killed at each, in turn: the first point of the cells' grids assigned (the window of
+# issue 19), the manifest after the load, a point's finish, and Tune's snapshot (before the write).
+CHAIN = ["ledger:open#1", "file:crash/manifest.json#2", "ledger:finish#2", "tune:snapshot#5:before"]
+
+
+@pytest.mark.slow
+def test_a_driver_sigkilled_at_four_kinds_of_write_resumes_to_the_uninterrupted_results(ray_session, tmp_path,
+                                                                                         reference_run, figures,
+                                                                                         cpu_load):
+    """Real drivers (subprocesses joining the session's Ray) SIGKILLing themselves at a crash point,
+    four launches in a row, then one to the end. Over 20 s: four launches and a full sweep; the
+    uninterrupted run is the six-kill test's (`reference_run`), shared."""
+    harness = Harness(tmp_path, ray_session, sweep=KILL_SWEEP)
+    harness.reference = Results.of(reference_run["dir"])
+    outcome = harness.crash(CHAIN)
+    assert outcome.killed, "a launch finished the sweep before its crash point"
+    assert not outcome.retrained, f"points trained again after they had finished: {outcome.retrained}"
+    assert not outcome.differences, outcome.differences
+    figures.record(
+        "crash_points", order=1.5, title="Crash points (real driver)",
+        does=(f"the driver SIGKILLs itself at a named durable write ({', '.join(CHAIN)}), one launch each, "
+              "then a relaunch to the end; compared with the uninterrupted run"),
+        launches_killed=len(CHAIN), points=len(harness.reference.points), identical=outcome.identical,
+        finished_at_last_kill=outcome.finished_at_kill, cpu_hog_processes=cpu_load,
+        wall_seconds=round(outcome.seconds, 1))
