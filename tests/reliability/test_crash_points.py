@@ -20,8 +20,12 @@ from typing import Any
 
 import pytest
 
+from sweeper.errors import UserError
+from sweeper.run.sweep_dir import check_output_dir
+from sweeper.search.planner import build_plan
+from sweeper.spec.schema import validate_data
 from tests.reliability.conftest import KILL_SWEEP
-from tests.reliability.crash_harness import Harness, Results, crash_in_process, outcome_in_process, reference_in_process
+from tests.reliability.crash_harness import IN_PROCESS_SWEEP, Harness, Results, crash_in_process, outcome_in_process, reference_in_process
 
 # The windows of issue 19 and a write of each kind the in-process driver makes: the cell's creation
 # (an attribute), a point's entry (the first of the grid, the first and second of the
@@ -50,6 +54,19 @@ def test_killed_at_a_durable_write_the_relaunched_sweep_has_the_uninterrupted_re
                                                                                          point, when):
     crash_in_process(tmp_path, point, when)
     assert outcome_in_process(tmp_path) == reference[0]
+
+
+def test_a_sweep_killed_before_its_first_manifest_is_a_new_sweep(tmp_path):
+    # What a launch killed before (or while) writing its first manifest leaves: the lock and the
+    # temporary file of the atomic write. The relaunch must start the sweep, not refuse the folder.
+    plan = build_plan(validate_data(IN_PROCESS_SWEEP), output=str(tmp_path / "sweep"))
+    plan.sweep_dir.mkdir()
+    (plan.sweep_dir / "driver.lock").write_text("")
+    (plan.sweep_dir / ".manifest.json.1234.tmp").write_text("{")
+    assert check_output_dir(plan) is None
+    (plan.sweep_dir / "notes.txt").write_text("someone else's")
+    with pytest.raises(UserError, match="not a sweep directory"):
+        check_output_dir(plan)
 
 
 # One launch killed at each, in turn: the first point of the cells' grids assigned (the window of
