@@ -25,7 +25,8 @@ from sweeper.run.sweep_dir import check_output_dir
 from sweeper.search.planner import build_plan
 from sweeper.spec.schema import validate_data
 from tests.reliability.conftest import KILL_SWEEP
-from tests.reliability.crash_harness import IN_PROCESS_SWEEP, Harness, Results, crash_in_process, outcome_in_process, reference_in_process
+from tests.reliability.crash_harness import (IN_PROCESS_SWEEP, Harness, Results, crash_in_process, outcome_in_process,
+                                            reference_in_process)
 
 # The windows of issue 19 and a write of each kind the in-process driver makes: the cell's creation
 # (an attribute), a point's entry (the first of the grid, the first and second of the
