@@ -101,8 +101,10 @@ def read_writes(log: Path) -> list[str]:
 # -- in-process: the driver's SweepRun with a stand-in for Tune (no Ray) ------------------------
 
 
-IN_PROCESS_SWEEP = {"name": "crash", "methods": ["pre"], "model": {"width": 32, "heads": 2, "depths": [2], "seq_len": 32},
-       "train": {"steps": 30, "batch_size": 4}, "lr": {"grid": [3e-3, 1e-2, 3e-2], "max_points": 8}, "stack": 1}
+IN_PROCESS_SWEEP = {"name": "crash", "methods": ["pre"],
+                    "model": {"width": 32, "heads": 2, "depths": [2], "seq_len": 32},
+                    "train": {"steps": 30, "batch_size": 4}, "lr": {"grid": [3e-3, 1e-2, 3e-2], "max_points": 8},
+                    "stack": 1}
 
 
 def objective(method: str, lr: float) -> float:

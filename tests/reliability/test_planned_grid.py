@@ -50,7 +50,8 @@ def test_a_kill_while_the_cell_was_being_created_loses_no_part_of_its_grid(tmp_p
     # A kill after the ledger created the cell's study but before its attributes were written
     # (one commit each): the next launch found the study and never wrote them.
     sweep = make_sweep(tmp_path, _raw(), concurrency=2)
-    OptunaLedger(storage_url("sqlite", sweep.plan.sweep_dir)).storage.create_new_study([optuna.study.StudyDirection.MINIMIZE], study_name=CELL)
+    storage = OptunaLedger(storage_url("sqlite", sweep.plan.sweep_dir)).storage
+    storage.create_new_study([optuna.study.StudyDirection.MINIMIZE], study_name=CELL)
 
     second = _launch(tmp_path)
     first = next_config(second, "t1")
