@@ -53,7 +53,7 @@ def test_the_small_sweep_makes_every_kind_of_write_and_brackets(reference):
 @pytest.mark.parametrize(("point", "when"), CASES, ids=[f"{p}:{w}" for p, w in CASES])
 def test_killed_at_a_durable_write_the_relaunched_sweep_has_the_uninterrupted_results(tmp_path, reference,
                                                                                          point, when):
-    crash_in_process(tmp_path, point, when)
+    assert crash_in_process(tmp_path, point, when), "the sweep finished before the crash point"
     assert outcome_in_process(tmp_path) == reference[0]
 
 
