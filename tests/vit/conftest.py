@@ -40,6 +40,6 @@ def tiny_spec_dict(vision: dict | None, *, steps: int = 12, lrs: tuple[float, ..
                   "optimizer": {"betas": [0.9, 0.999], "weight_decay": 0.05, "grad_clip": 0},
                   "objective": "error", **({"vision": vision} if vision is not None else {}), **train},
         "data": DataConfig(source="builtin_images", builtin_classes=4, builtin_per_class=40).model_dump(),
-        "divergence": {"init_loss_margin": 1.0},
+        "divergence": {"init_loss_margin": 1.0, "stall_margin": None},  # seconds of training: near chance; the stall rule is tested elsewhere
         "lrs": list(lrs),
     })
