@@ -146,7 +146,7 @@ def test_malformed_sweep_files_are_rejected_cleanly(tmp_path, figures):
                 problems.append(f"not one error line per problem: {lines[:3]}")
             if needle.lower() not in proc.stderr.lower():
                 problems.append(f"does not name {needle!r}: {lines[:2]}")
-            if cpu >= 1.0:
+            if cpu >= 1.5:  # typically 0.4-0.6 s; importing torch alone costs about 2.5 s
                 problems.append(f"{cpu:.2f} s of CPU")
             if problems:
                 failures.append((name, command, problems))

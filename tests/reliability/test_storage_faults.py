@@ -15,6 +15,7 @@ import json
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -218,25 +219,53 @@ def test_a_damaged_or_replaced_ledger_is_refused_and_the_store_kept(finished, ra
 
 LOCKER = r"""
 import sqlite3, sys, time
-con = sqlite3.connect(sys.argv[1], timeout=60, isolation_level=None)
-con.execute("BEGIN EXCLUSIVE")
+con = sqlite3.connect(sys.argv[1], timeout=float(sys.argv[3]), isolation_level=None)
+try:
+    con.execute("BEGIN EXCLUSIVE")
+except sqlite3.OperationalError:
+    print("busy", flush=True)
+    sys.exit(3)
 print("locked", flush=True)
 time.sleep(float(sys.argv[2]))
 con.execute("COMMIT")
 """
 
 
-def hold_lock(ledger: Path, seconds: float) -> subprocess.Popen:
-    """Another process takes SQLite's exclusive lock on the ledger for `seconds`."""
-    proc = subprocess.Popen([sys.executable, "-c", LOCKER, str(ledger), str(seconds)], stdout=subprocess.PIPE,
-                            text=True)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
+def hold_lock(ledger: Path, seconds: float, acquire_timeout: float = 60.0) -> subprocess.Popen | None:
+    """Another process takes SQLite's exclusive lock on the ledger for `seconds`; None if it could
+    not get the lock within `acquire_timeout`."""
+    proc = subprocess.Popen([sys.executable, "-c", LOCKER, str(ledger), str(seconds), str(acquire_timeout)],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    if line == "busy":
+        proc.wait()
+        return None
+    assert line == "locked"
     return proc
+
+
+def lock_mid_sweep(driver: Driver, ledger: Path, seconds: float) -> subprocess.Popen:
+    """Take the ledger's lock while the driver is paused (SIGSTOP), so that it lands mid-sweep however
+    fast the sweep commits: a locker that merely waits for the lock can be starved by a driver that
+    commits back to back until the sweep has ended (then the driver never meets the lock)."""
+    for _ in range(100):
+        assert driver.running, "the sweep ended before the ledger could be locked"
+        os.kill(driver.proc.pid, signal.SIGSTOP)
+        try:
+            locker = hold_lock(ledger, seconds, acquire_timeout=0.5)  # busy: paused inside its own transaction
+        finally:
+            os.kill(driver.proc.pid, signal.SIGCONT)
+        if locker is not None:
+            return locker
+        time.sleep(0.1)
+    raise AssertionError("the ledger stayed busy for 100 tries")
 
 
 def test_a_locked_ledger_waits_or_stops_cleanly_and_readers_do_not_care(finished, ray_session, figures):
     ledger, yaml = finished / "ledger.db", finished.parent / "killsweep.yaml"
     locker = hold_lock(ledger, 30)
+    assert locker is not None
     try:
         timings = {}
         for name in ("status", "optima"):
@@ -254,6 +283,7 @@ def test_a_locked_ledger_waits_or_stops_cleanly_and_readers_do_not_care(finished
         locker.wait()
     # A lock held for a while (an optuna-dashboard write, a backup) is waited for.
     locker = hold_lock(ledger, 4)
+    assert locker is not None
     t = time.monotonic()
     waited = run("launch", str(yaml), "--address", ray_session, "--json", timeout=300)
     waited_for = time.monotonic() - t
@@ -322,7 +352,7 @@ def test_a_sweep_survives_a_lock_and_a_full_disk_with_every_result(ray_session, 
     first = Driver(yaml, ray_session, tmp_path / "logs", env={"LAYERROPE_SWEEPER_LEDGER_TIMEOUT": "2"})
     drivers.append(first)
     wait_for(lambda: finished() >= 3, 300, "three finished points")
-    locker = hold_lock(sweep / "ledger.db", 12)
+    locker = lock_mid_sweep(first, sweep / "ledger.db", 12)
     code, _, err = first.wait(300)
     locker.kill()
     locker.wait()
