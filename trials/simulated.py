@@ -65,8 +65,10 @@ def simulate_trial(spec: TrialSpec, cell: SimulatedCell, surface: Surface, resou
     n, lrs, ids = cell.steps, spec.lrs, spec.point_ids
     init = surface.init_loss or math.log(cell.vocab)
     finals = [final_loss(method, cell.x, lr, spec.seed, surface.noise, f"{cell.method}") for lr in lrs]
-    valley = [method.optimal_loss(cell.x) + method.c * math.log(lr / method.optimal_lr(cell.x)) ** 2 for lr in lrs]
-    broken = [None if f is not None else diverged_step(method, cell.x, lr, n) for f, lr in zip(finals, lrs)]
+    outside = [method.outside_table(cell.x, lr) for lr in lrs]  # a table's unrecorded LRs: failed points
+    valley = [method.valley_loss(cell.x, lr) for lr in lrs]
+    broken = [None if f is not None or why else diverged_step(method, cell.x, lr, n)
+              for f, lr, why in zip(finals, lrs, outside)]
     rate = rate_of(surface, resources)
     train = spec.train
     step = int((start or {}).get("step", 0))
@@ -75,7 +77,10 @@ def simulate_trial(spec: TrialSpec, cell: SimulatedCell, surface: Surface, resou
 
     def members(at: int, evaluated: bool) -> list[MemberReport]:
         out = []
-        for lr, pid, final, start_loss, gone in zip(lrs, ids, finals, valley, broken):
+        for lr, pid, final, start_loss, gone, why in zip(lrs, ids, finals, valley, broken, outside):
+            if why is not None:  # nothing to report until its result says it failed
+                out.append(MemberReport(lr, pid, None, None, "running", reason=why))
+                continue
             if gone is not None and at >= gone:
                 out.append(MemberReport(lr, pid, None, None, "diverged", gone, "simulated: above the divergence cliff"))
                 continue
@@ -86,7 +91,7 @@ def simulate_trial(spec: TrialSpec, cell: SimulatedCell, surface: Surface, resou
 
     while step < n:
         nxt = min(n, step + train.report_every)
-        active = sum(1 for gone in broken if gone is None or gone > step)
+        active = sum(1 for gone, why in zip(broken, outside) if why is None and (gone is None or gone > step))
         duration = active * (nxt - step) * cell.tokens_per_step * cell.flops_per_token / rate
         sleep(duration / surface.time_compression)
         seconds += duration
@@ -100,7 +105,15 @@ def simulate_trial(spec: TrialSpec, cell: SimulatedCell, surface: Surface, resou
             report(StepReport(step, step * cell.tokens_per_step, seconds, members(step, evaluated), False), state)
             last_report = clock()
     results = []
-    for lr, pid, final, gone in zip(lrs, ids, finals, broken):
+    for lr, pid, final, gone, why in zip(lrs, ids, finals, broken, outside):
+        if why is not None:
+            results.append(PointResult(
+                point_id=pid, lr=lr, outcome="failed", loss=None, objective=None, accuracy=None, init_loss=init,
+                diverged_step=None, reason=why, steps=0, tokens=0, train_seconds=0.0,
+                corpus=f"simulated:{surface.fingerprint()}", params=cell.params, params_nonembed=cell.params_nonembed,
+                flops_per_token=cell.flops_per_token,
+            ))
+            continue
         ok = gone is None
         results.append(PointResult(
             point_id=pid, lr=lr, outcome="ok" if ok else "diverged", loss=final if ok else None,

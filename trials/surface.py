@@ -15,6 +15,13 @@ Time: a step's FLOPs (6·N per token, the planner's count, times the members sti
 divided by the trial's share of the pool (`throughput` per GPU × its GPU fraction, or
 `cpu_throughput` per CPU for CPU-only trials), divided by `time_compression`.
 
+A method can instead take its losses from a recorded table (`table:`, e.g. the StepLaw grids):
+each size of the sweep names one group of the table (the values of its group columns), and the
+loss at a learning rate is the recorded one, linearly interpolated in ln lr between two recorded
+learning rates; a learning rate outside the group's recorded range is a `failed` point (as in
+`sweeper replay`: the table cannot say what it would have done). The driver reads the file
+(`sweeper.run.simulation.load_surface`) and fills `recorded`, so trials never read it.
+
 Pure logic: pydantic and the standard library; no torch, no Ray.
 """
 
@@ -24,9 +31,75 @@ import hashlib
 import json
 import math
 import random
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+
+
+class RecordedGrid(BaseModel):
+    """One size's recorded learning rates (ascending) and final losses."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: dict[str, Any] = Field(default_factory=dict, description="the group's column values")
+    lrs: list[PositiveFloat]
+    losses: list[float]
+
+    @property
+    def best_index(self) -> int:
+        return min(range(len(self.lrs)), key=lambda i: (self.losses[i], self.lrs[i]))
+
+    def loss_at(self, lr: float, tolerance: float = 0.01) -> float | None:
+        """The recorded loss at `lr`, interpolated in ln lr between recorded LRs; None outside the range."""
+        lo, hi = self.lrs[0], self.lrs[-1]
+        if lr < lo / (1 + tolerance) or lr > hi * (1 + tolerance):
+            return None
+        lr = min(hi, max(lo, lr))
+        for i in range(len(self.lrs) - 1):
+            a, b = self.lrs[i], self.lrs[i + 1]
+            if a <= lr <= b:
+                w = math.log(lr / a) / math.log(b / a)
+                return (1 - w) * self.losses[i] + w * self.losses[i + 1]
+        return self.losses[0]  # a single recorded LR
+
+
+class SurfaceTable(BaseModel):
+    """A method whose losses come from a recorded table (`sweeper replay`'s kind of CSV)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    file: str = Field(description="the CSV, relative to the surface file (or absolute)")
+    lr_column: str = "lr"
+    loss_column: str = "loss"
+    duplicates: Literal["min", "mean"] = Field("min", description="several runs of a group at one LR: keep the "
+                                                                 "lowest loss or average them")
+    sizes: dict[float, dict[str, Any]] = Field(description="the sweep's size x -> its group's column values")
+    recorded: dict[float, RecordedGrid] = Field(default_factory=dict,
+                                                description="filled from `file` when the surface is loaded")
+
+    @model_validator(mode="after")
+    def _same_columns(self) -> SurfaceTable:
+        if not self.sizes:
+            raise ValueError("sizes: map at least one size to its group's column values")
+        columns = {tuple(sorted(v)) for v in self.sizes.values()}
+        if len(columns) > 1 or not next(iter(columns)):
+            raise ValueError("sizes: every size must name the same, non-empty set of group columns "
+                             f"(got {sorted(columns)})")
+        return self
+
+    @property
+    def group_columns(self) -> list[str]:
+        return list(next(iter(self.sizes.values())))
+
+    def grid(self, x: float) -> RecordedGrid:
+        for size, grid in self.recorded.items():
+            if math.isclose(size, x, rel_tol=1e-9):
+                return grid
+        raise KeyError(f"no recorded group for size {x:g} (sizes: {', '.join(f'{s:g}' for s in self.sizes)})")
+
+
+ANALYTIC = ("E", "A", "alpha", "lr_k", "lr_b")
+ANALYTIC_ONLY = ("c", "cliff", "fails_above", "stall_below", "stall_loss")
 
 
 class SurfaceMethod(BaseModel):
@@ -34,28 +107,64 @@ class SurfaceMethod(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    E: float = Field(description="irreducible loss")
-    A: PositiveFloat = Field(description="size term's scale: A·x^-alpha")
-    alpha: float = Field(description="size exponent of the loss (planted, what `sweeper fit` should recover)")
-    lr_k: PositiveFloat = Field(description="optimal LR at size 1: lr*(x) = lr_k·x^lr_b")
-    lr_b: float = Field(description="size exponent of the optimal LR (planted)")
+    E: float | None = Field(None, description="irreducible loss")
+    A: PositiveFloat | None = Field(None, description="size term's scale: A·x^-alpha")
+    alpha: float | None = Field(None, description="size exponent of the loss (planted, what `sweeper fit` should "
+                                                   "recover)")
+    lr_k: PositiveFloat | None = Field(None, description="optimal LR at size 1: lr*(x) = lr_k·x^lr_b")
+    lr_b: float | None = Field(None, description="size exponent of the optimal LR (planted)")
     c: PositiveFloat = Field(0.02, description="curvature of the LR valley in (ln lr)²")
     cliff: PositiveFloat = Field(4.0, description="divergence above cliff·lr*(x)")
     fails_above: float | None = Field(None, description="every LR diverges at sizes above this")
     stall_below: PositiveFloat | None = Field(None, description="below stall_below·lr*(x) the loss stalls")
     stall_loss: float | None = Field(None, description="the loss a stalled run ends at, at best")
 
+    table: SurfaceTable | None = Field(None, description="take the losses from a recorded table instead")
+
     @model_validator(mode="after")
-    def _stall_pair(self) -> SurfaceMethod:
+    def _one_kind(self) -> SurfaceMethod:
+        if self.table is not None:
+            extra = [k for k in (*ANALYTIC, *ANALYTIC_ONLY) if k in self.model_fields_set]
+            if extra:
+                raise ValueError(f"a method with a table takes its losses from it: drop {', '.join(extra)}")
+            return self
+        missing = [k for k in ANALYTIC if getattr(self, k) is None]
+        if missing:
+            raise ValueError(f"give {', '.join(missing)} (the planted law) or a table")
         if (self.stall_below is None) != (self.stall_loss is None):
             raise ValueError("stall_below and stall_loss: give both or neither")
         return self
 
+    @property
+    def planted(self) -> bool:
+        """A planted law (exponents to recover), not a recorded table."""
+        return self.table is None
+
     def optimal_lr(self, x: float) -> float:
-        return self.lr_k * x ** self.lr_b
+        if self.table is not None:
+            grid = self.table.grid(x)
+            return grid.lrs[grid.best_index]
+        return self.lr_k * x ** self.lr_b  # type: ignore[operator]
 
     def optimal_loss(self, x: float) -> float:
-        return self.E + self.A * x ** -self.alpha
+        if self.table is not None:
+            grid = self.table.grid(x)
+            return grid.losses[grid.best_index]
+        return self.E + self.A * x ** -self.alpha  # type: ignore[operator]
+
+    def valley_loss(self, x: float, lr: float) -> float | None:
+        """The noise-free loss at `lr` ignoring divergence and stalls (a table: None outside its range)."""
+        if self.table is not None:
+            return self.table.grid(x).loss_at(lr)
+        return self.optimal_loss(x) + self.c * math.log(lr / self.optimal_lr(x)) ** 2
+
+    def outside_table(self, x: float, lr: float) -> str | None:
+        """Why a table method cannot say what `lr` does at size x (None: it can, or not a table)."""
+        if self.table is None or self.table.grid(x).loss_at(lr) is not None:
+            return None
+        grid = self.table.grid(x)
+        return (f"simulated: lr {lr:.4g} is outside the recorded range [{grid.lrs[0]:.4g}, {grid.lrs[-1]:.4g}] "
+                f"of size {x:g} in {self.table.file}")
 
 
 class Pool(BaseModel):
@@ -98,7 +207,10 @@ def _unit_normal(*key: Any) -> float:
 
 
 def final_loss(method: SurfaceMethod, x: float, lr: float, seed: int, noise: float, key: str) -> float | None:
-    """The point's final loss, or None when it diverges."""
+    """The point's final loss, or None when it diverges (or, for a table, lies outside its range)."""
+    if method.table is not None:
+        recorded = method.table.grid(x).loss_at(lr)
+        return None if recorded is None else recorded * (1.0 + noise * _unit_normal(key, x, f"{lr:.6g}", seed))
     star = method.optimal_lr(x)
     if (method.fails_above is not None and x > method.fails_above) or lr > method.cliff * star:
         return None

@@ -22,6 +22,7 @@ summary adds the pool's GPU-slot utilisation and the simulated GPU-hours and wal
 from __future__ import annotations
 
 import os
+import resource
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,6 +65,8 @@ class LaunchSummary:
     messages: list[str] = field(default_factory=list)
     trial_alive_seconds: float = 0.0  # summed trial lifetimes: training + each trial's start-up, checkpoints, reports
     simulation: dict[str, Any] | None = None  # --simulate: the surface, GPU-slot utilisation, simulated hours
+    driver_cpu_seconds: float = 0.0  # this process's user + system CPU over the launch (Ray's own processes excluded)
+    driver_peak_rss_mb: float = 0.0
 
     @property
     def utilisation(self) -> float:
@@ -81,7 +84,14 @@ class LaunchSummary:
         out["overhead_ratio"] = self.overhead_ratio
         out["wall_over_training"] = self.wall_seconds / self.train_seconds if self.train_seconds else None
         out["alive_fraction"] = self.trial_alive_seconds / max(1e-9, self.wall_seconds * self.slots)
+        out["driver_cpu_per_trial"] = self.driver_cpu_seconds / self.trials if self.trials else None
         return out
+
+
+def driver_cpu() -> float:
+    """User + system CPU seconds of this process so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def preflight_data(plan: Plan) -> str | None:
@@ -125,6 +135,7 @@ def launch(plan: Plan, *, address: str | None = None, retry_failed: bool = False
 def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str | None,
                    entropy: dict[str, Any] | None, *, address: str | None, retry_failed: bool, console: Any,
                    started: float, simulation: Simulation | None = None) -> LaunchSummary:
+    cpu_at_start = driver_cpu()
     manifest, yaml_name = sweep_dir.prepare(plan, old_manifest, corpus, entropy)
     if simulation is not None:
         manifest["simulated"] = simulation.manifest_entry()
@@ -199,6 +210,8 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
         messages=list(sweep.messages), trial_alive_seconds=sweep.stats.alive_seconds,
         simulation=({**simulation.manifest_entry(), **probe.figures(simulation.surface.time_compression)}
                     if simulation is not None and probe is not None else None),
+        driver_cpu_seconds=driver_cpu() - cpu_at_start,
+        driver_peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     )
     manifest["launches"][-1].update({k: v for k, v in summary.to_dict().items() if k not in ("messages", "sweep_dir")})
     if sweep.fault is not None:

@@ -5,7 +5,8 @@
 Reads the sweep directory (`sweeper launch ... --simulate SURFACE.yaml`), the surface it names
 in its manifest, the stored optima and `sweeper fit`'s fits (run without writing), and prints:
 points per cell (mean, max, per method), the bracketed share, regret of each cell's best loss
-at its best LR (the planted, noise-free loss there over the planted optimum E + A·x^-α) and the
+at its best LR (the planted, noise-free loss there over the planted optimum E + A·x^-α; for a
+method read from a recorded table, the table's loss there over the group's recorded best) and the
 distance of its best LR from lr*(x) in factor-2 steps, the share within `--band` percent, whether each method's 95% intervals of α and of the LR
 exponent cover the planted values, the launches' simulated GPU-hours, wall time and GPU-slot
 utilisation, and the ledger's and store's size.
@@ -49,7 +50,7 @@ def check(sweep_dir: str, band: float = 0.25, surface_path: str | None = None) -
             # regret: the planted (noise-free) loss at the chosen LR over the planted optimum; the measured
             # best loss carries seed noise and can sit below the optimum
             "regret": (None if r.get("best_lr") is None or fails else
-                       100 * method.c * math.log(r["best_lr"] / planted_lr) ** 2 / planted_loss),
+                       100 * ((method.valley_loss(x, r["best_lr"]) or math.inf) / planted_loss - 1)),
             "measured_over_planted": None if best is None else 100 * (best / planted_loss - 1),
             "lr_error_steps": (None if r.get("best_lr") is None else abs(math.log2(r["best_lr"] / planted_lr))),
         })
@@ -62,6 +63,8 @@ def check(sweep_dir: str, band: float = 0.25, surface_path: str | None = None) -
         fits = json.loads(fit.stdout)["methods"]
         for name, f in fits.items():
             planted = surface.methods[name]
+            if not planted.planted:  # a recorded table plants no exponents
+                continue
             alpha = (f.get("loss_fit") or {}).get("alpha") or {}
             slope = (f.get("lr_fit") or {}).get("exponent") or {}
 

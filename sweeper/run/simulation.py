@@ -17,6 +17,7 @@ overall and while the open cells asked for at least the whole pool.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -28,7 +29,8 @@ from pydantic import ValidationError
 from sweeper.errors import UserError
 from sweeper.search.planner import Plan, fingerprint_of
 from trials.simulated import SimulatedCell
-from trials.surface import Surface
+from sweeper.search.replay import load_table
+from trials.surface import RecordedGrid, Surface, SurfaceTable
 
 
 def load_surface(path: str | Path) -> Surface:
@@ -44,9 +46,44 @@ def load_surface(path: str | Path) -> Surface:
     except YamlProblem as exc:
         raise UserError(f"{label}: {exc.message}") from None
     try:
-        return Surface.model_validate(loaded.data)
+        surface = Surface.model_validate(loaded.data)
     except ValidationError as exc:
         raise _user_error(problems_from(exc, Surface), loaded, label) from None
+    for name, method in surface.methods.items():
+        if method.table is not None:
+            method.table.recorded = read_recorded(method.table, Path(path).parent, f"{label}: methods.{name}.table")
+    return surface
+
+
+def read_recorded(table: SurfaceTable, base: Path, where: str) -> dict[float, RecordedGrid]:
+    """Each size's recorded grid, read from the table's CSV (`sweeper replay`'s reader and checks)."""
+    file = Path(table.file) if Path(table.file).is_absolute() else base / table.file
+    if not file.is_file():
+        raise UserError(f"{where}.file: no such file: {file}")
+    columns = table.group_columns
+    try:
+        recorded = load_table(file, columns, table.lr_column, table.loss_column, duplicates=table.duplicates)
+    except UserError as exc:
+        raise UserError(f"{where}: {exc}", details=exc.details) from None
+    by_key = {tuple(_plain(v) for v in group.key): group for group in recorded.groups}
+    grids: dict[float, RecordedGrid] = {}
+    for size, values in table.sizes.items():
+        key = tuple(_plain(values[c]) for c in columns)
+        group = by_key.get(key)
+        if group is None:
+            example = ", ".join(f"{c}={v}" for c, v in zip(columns, recorded.groups[0].key))
+            raise UserError(f"{where}.sizes.{size:g}: no group with "
+                            f"{', '.join(f'{c}={values[c]}' for c in columns)} in {file} "
+                            f"({len(recorded.groups)} groups, e.g. {example})")
+        if len(group.lrs) < 2:
+            raise UserError(f"{where}.sizes.{size:g}: the group records only one learning rate; a surface needs a grid")
+        grids[size] = RecordedGrid(key=dict(zip(columns, group.key)), lrs=list(group.lrs), losses=list(group.losses))
+    return grids
+
+
+def _plain(value: Any) -> Any:
+    """A group value comparable across YAML and CSV (1e11 and 100000000000 are one value)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
 
 
 @dataclass
@@ -71,6 +108,11 @@ class Simulation:
         if missing:
             raise UserError(f"{self.path}: methods: no surface for {', '.join(missing)} (the sweep's methods; the "
                             f"surface has {', '.join(sorted(self.surface.methods))})")
+        for cell in plan.cells:
+            table = self.surface.methods[cell.method].table
+            if table is not None and not any(math.isclose(cell.x, size, rel_tol=1e-9) for size in table.sizes):
+                raise UserError(f"{self.path}: methods.{cell.method}.table.sizes: no group for size {cell.x:g} of "
+                                f"{cell.cell_id} (the table maps {', '.join(f'{s:g}' for s in table.sizes)})")
         pool = self.surface.pool
         for cell in plan.cells:
             gpu = cell.resources.get("GPU", 0.0)
@@ -95,7 +137,8 @@ class Simulation:
                                      params_nonembed=c.params_nonembed, vocab=c.model.vocab).to_dict()
             for c in plan.cells
         }
-        return {"surface": self.surface.model_dump(mode="json"), "cells": cells}
+        # only what the file set: a table method must not come back with the planted law's defaults
+        return {"surface": self.surface.model_dump(mode="json", exclude_unset=True), "cells": cells}
 
 
 @dataclass

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 SWEEP = """\
 name: sim
 output: {out}
-methods: [pre]
+methods: [pre, post]
 model: {{width: 32, heads: 2, depths: [2, 4], seq_len: 16, vocab: 256}}
 data: {{source: synthetic}}
 train: {{steps: 200, batch_size: 4, report_every: 20, eval_every: 100, checkpoint_every: 100}}
@@ -38,7 +38,18 @@ min_report_seconds: 0.2
 noise: 0.0
 methods:
   pre:  {E: 2.0, A: 1.0, alpha: 0.5, lr_k: 0.02, lr_b: -0.5, c: 0.05, cliff: 4.0}
+  post: {table: {file: recorded.csv, sizes: {2: {size: 2}, 4: {size: 4}}}}
 """
+
+
+def recorded_table() -> str:
+    """post's recorded grids: a √2 grid from 0.0025, optimum 0.01 at size 2 (loss 3.1), 0.00707 at 4 (3.0)."""
+    rows = ["size,lr,loss"]
+    for size, best, floor in ((2, 0.01, 3.1), (4, 0.0025 * math.sqrt(2) ** 3, 3.0)):
+        for k in range(9):
+            lr = 0.0025 * math.sqrt(2) ** k
+            rows.append(f"{size},{lr:.7g},{floor + 0.05 * math.log(lr / best) ** 2:.6f}")
+    return "\n".join(rows) + "\n"
 
 
 def test_a_simulated_sweep_finds_the_planted_optima_and_is_marked_simulated(ray_session, tmp_path, capsys):
@@ -46,6 +57,7 @@ def test_a_simulated_sweep_finds_the_planted_optima_and_is_marked_simulated(ray_
     sweep.write_text(SWEEP.format(out=tmp_path / "out"))
     surface = tmp_path / "surface.yaml"
     surface.write_text(SURFACE)
+    (tmp_path / "recorded.csv").write_text(recorded_table())
     assert main(["launch", str(sweep), "--simulate", str(surface)]) == 0
     assert "SIMULATED on surface planted" in capsys.readouterr().out
     out = tmp_path / "out"
@@ -55,6 +67,11 @@ def test_a_simulated_sweep_finds_the_planted_optima_and_is_marked_simulated(ray_
     assert math.isclose(cells["pre/L2/s0"]["best_lr"], 0.0141421, rel_tol=1e-3)
     assert math.isclose(cells["pre/L4/s0"]["best_lr"], 0.01, rel_tol=1e-3)
     assert cells["pre/L4/s0"]["best_objective"] == pytest.approx(2.5)
+    # post replays a recorded table: its recorded optima, found among the recorded learning rates.
+    assert cells["post/L2/s0"]["status"] == cells["post/L4/s0"]["status"] == "bracketed"
+    assert math.isclose(cells["post/L2/s0"]["best_lr"], 0.01, rel_tol=1e-3)
+    assert math.isclose(cells["post/L4/s0"]["best_lr"], 0.00707107, rel_tol=1e-3)
+    assert cells["post/L4/s0"]["best_objective"] == pytest.approx(3.0)
     manifest = read_manifest(out)
     assert manifest["simulated"]["surface"] == "planted" and manifest["corpus"].startswith("simulated:")
     # Marked wherever results are shown, and never mixed with trained results.
