@@ -92,3 +92,11 @@ def test_table_errors_name_the_field(tmp_path):
     path.write_text("name: m\nmethods:\n  pre: {table: {file: nowhere.csv, sizes: {1: {N: 1}}}}\n")
     with pytest.raises(UserError, match=r"methods.pre.table.file: no such file"):
         load_surface(path)
+
+
+def test_a_planted_surface_keeps_its_fingerprint_so_older_simulated_sweeps_resume():
+    # The fingerprint of sweeps/surfaces/study.yaml before tables existed: a simulated sweep launched then
+    # must still resume (its cells' compatibility and its points' corpus carry this value).
+    from sweeper.run.simulation import load_surface as load
+
+    assert load("sweeps/surfaces/study.yaml").fingerprint() == "583037b32303a952"
