@@ -9,7 +9,8 @@ at its best LR (the planted, noise-free loss there over the planted optimum E + 
 method read from a recorded table, the table's loss there over the group's recorded best) and the
 distance of its best LR from lr*(x) in factor-2 steps, the share within `--band` percent, whether each method's 95% intervals of α and of the LR
 exponent cover the planted values, the launches' simulated GPU-hours, wall time and GPU-slot
-utilisation, and the ledger's and store's size.
+utilisation, and the ledger's and store's size; with `--timings`, how long `sweeper status`,
+`optima`, `fit` and the dashboard's first payload take on the directory.
 """
 
 from __future__ import annotations
@@ -116,14 +117,42 @@ def check(sweep_dir: str, band: float = 0.25, surface_path: str | None = None) -
     }
 
 
+def reader_timings(sweep_dir: str) -> dict[str, Any]:
+    """Wall seconds of what a researcher runs against the directory: `sweeper status`, `optima` and `fit`
+    as commands (interpreter start included), and the dashboard's first full payload (its server
+    ingesting the store and building every figure, in this process: what the first page load waits for)."""
+    import time
+
+    out: dict[str, Any] = {}
+    for name, args in (("status", ["status", sweep_dir, "--json"]), ("optima", ["optima", sweep_dir, "--format", "json"]),
+                       ("fit", ["fit", sweep_dir, "--json", "--no-write"])):
+        t = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "sweeper.cli", *args], capture_output=True, text=True)
+        out[f"{name}_seconds"] = time.perf_counter() - t
+        out[f"{name}_rc"] = done.returncode
+    from dashboards.data import Filters  # the dashboard reads only what the sweep stored
+    from dashboards.live import Dashboard
+
+    t = time.perf_counter()
+    dash = Dashboard(Path(sweep_dir), min_interval=0.0)
+    body, _ = dash.update(0, dash.model.epoch, Filters())
+    out["dashboard_first_payload_seconds"] = time.perf_counter() - t
+    out["dashboard_first_payload_bytes"] = len(body)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sweeper.run.simcheck", description=__doc__)
     parser.add_argument("dir")
     parser.add_argument("--band", type=float, default=0.25, help="percent above the planted optimum (default 0.25)")
     parser.add_argument("--surface", help="the surface file (default: the one the manifest names)")
+    parser.add_argument("--timings", action="store_true",
+                        help="also time sweeper status / optima / fit and the dashboard's first payload on DIR")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     out = check(args.dir, args.band, args.surface)
+    if args.timings:
+        out["reader_timings"] = reader_timings(args.dir)
     if args.json:
         print(json.dumps(out, indent=2, default=str))
         return 0
