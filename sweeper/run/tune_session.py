@@ -238,7 +238,7 @@ def ensure_ray(address: str | None, plan: Plan, pool: VirtualPool | None = None)
     kwargs: dict[str, Any] = {"log_to_driver": False, "configure_logging": True, "logging_level": "ERROR",
                               "runtime_env": runtime_env}
     if pool is not None:
-        ray.init(num_cpus=pool.cpus, num_gpus=pool.gpus, include_dashboard=False, **kwargs)
+        _start_local_ray(num_cpus=pool.cpus, num_gpus=pool.gpus, **kwargs)
         return True
     if address:
         _token_auth_if_available()
@@ -251,8 +251,24 @@ def ensure_ray(address: str | None, plan: Plan, pool: VirtualPool | None = None)
             ) from None
     else:
         local = plan.config.ray
-        ray.init(num_cpus=local.num_cpus, num_gpus=local.num_gpus, include_dashboard=False, **kwargs)
+        _start_local_ray(num_cpus=local.num_cpus, num_gpus=local.num_gpus, **kwargs)
     return True
+
+
+def _start_local_ray(**kwargs: Any) -> None:
+    """`ray.init` of a local Ray; its failure to start (e.g. its node timing out on an overloaded
+    machine) is a clear one-line error, not a traceback: nothing of the sweep was changed yet."""
+    try:
+        ray.init(include_dashboard=False, **kwargs)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        try:
+            ray.shutdown()
+        except Exception:
+            pass  # whatever it had started is being torn down; the message below is what matters
+        raise UserError(f"Ray could not start on this machine ({type(exc).__name__}: {first}); no result was "
+                        "lost: relaunch the same command to resume (an overloaded machine can time out Ray's "
+                        "start-up)") from None
 
 
 def worker_env() -> dict[str, str]:

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,3 +84,21 @@ def test_a_simulated_sweep_finds_the_planted_optima_and_is_marked_simulated(ray_
     assert json.loads(capsys.readouterr().out)["simulated"] is True
     assert main(["launch", str(sweep)]) == 2
     assert "simulated" in capsys.readouterr().err
+
+
+def test_ray_failing_to_start_is_one_clear_line_and_exit_2(tmp_path):
+    """A local Ray that cannot start (here: its temporary folder is a file; on an overloaded machine,
+    its node timing out) ends the launch with one line naming Ray, exit 2, no traceback."""
+    sweep = tmp_path / "yaml.yaml"
+    sweep.write_text(SWEEP.format(out=tmp_path / "out"))
+    surface = tmp_path / "surface.yaml"
+    surface.write_text(SURFACE)
+    (tmp_path / "recorded.csv").write_text(recorded_table())
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    env = {**os.environ, "RAY_TMPDIR": str(blocker / "ray"), "RAY_USAGE_STATS_ENABLED": "0"}
+    done = subprocess.run([sys.executable, "-m", "sweeper.cli", "launch", str(sweep), "--simulate", str(surface)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Ray could not start on this machine" in done.stderr and "Traceback" not in done.stderr
+    assert not list((tmp_path / "out").glob("store/points/*.parquet"))
