@@ -151,7 +151,8 @@ def print_summary(summary: Any, console: Any) -> None:
     if summary.simulation:  # training seconds are simulated ones: the slot-time shares below would mix clocks
         per_trial = f"{summary.driver_cpu_seconds / summary.trials:.2f}" if summary.trials else "—"
         console.print(f"wall {summary.wall_seconds:.1f} s (Ray start {summary.ray_start_seconds:.1f} s), "
-                      f"{summary.trials} trials; driver CPU {summary.driver_cpu_seconds:.1f} s ({per_trial} s per trial), "
+                      f"{summary.trials} trials, {summary.reports} reports; driver CPU {summary.driver_cpu_seconds:.1f} s "
+                      f"({per_trial} s per trial), "
                       f"peak RSS {summary.driver_peak_rss_mb:.0f} MB", highlight=False)
     else:
         console.print(

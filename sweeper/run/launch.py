@@ -67,6 +67,7 @@ class LaunchSummary:
     simulation: dict[str, Any] | None = None  # --simulate: the surface, GPU-slot utilisation, simulated hours
     driver_cpu_seconds: float = 0.0  # this process's user + system CPU over the launch (Ray's own processes excluded)
     driver_peak_rss_mb: float = 0.0
+    reports: int = 0  # trial reports the driver received
 
     @property
     def utilisation(self) -> float:
@@ -85,6 +86,7 @@ class LaunchSummary:
         out["wall_over_training"] = self.wall_seconds / self.train_seconds if self.train_seconds else None
         out["alive_fraction"] = self.trial_alive_seconds / max(1e-9, self.wall_seconds * self.slots)
         out["driver_cpu_per_trial"] = self.driver_cpu_seconds / self.trials if self.trials else None
+        out["driver_cpu_per_report"] = self.driver_cpu_seconds / self.reports if self.reports else None
         return out
 
 
@@ -210,7 +212,7 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
         messages=list(sweep.messages), trial_alive_seconds=sweep.stats.alive_seconds,
         simulation=({**simulation.manifest_entry(), **probe.figures(simulation.surface.time_compression)}
                     if simulation is not None and probe is not None else None),
-        driver_cpu_seconds=driver_cpu() - cpu_at_start,
+        driver_cpu_seconds=driver_cpu() - cpu_at_start, reports=sweep.stats.reports,
         driver_peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     )
     manifest["launches"][-1].update({k: v for k, v in summary.to_dict().items() if k not in ("messages", "sweep_dir")})

@@ -232,14 +232,11 @@ def ensure_ray(address: str | None, plan: Plan, pool: VirtualPool | None = None)
     only sleep, so workers skip the trainer's preload)."""
     if ray.is_initialized():
         return False
-    runtime_env: dict[str, Any] = {"env_vars": worker_env()}
-    if pool is None:
-        runtime_env["worker_process_setup_hook"] = PRELOAD_HOOK
-    kwargs: dict[str, Any] = {"log_to_driver": False, "configure_logging": True, "logging_level": "ERROR",
-                              "runtime_env": runtime_env}
+    kwargs: dict[str, Any] = {"log_to_driver": False, "configure_logging": True, "logging_level": "ERROR"}
     if pool is not None:
-        _start_local_ray(num_cpus=pool.cpus, num_gpus=pool.gpus, **kwargs)
+        _start_local_ray(num_cpus=pool.cpus, num_gpus=pool.gpus, _system_config=virtual_pool_workers(), **kwargs)
         return True
+    kwargs["runtime_env"] = {"env_vars": worker_env(), "worker_process_setup_hook": PRELOAD_HOOK}
     if address:
         _token_auth_if_available()
         try:
@@ -269,6 +266,17 @@ def _start_local_ray(**kwargs: Any) -> None:
         raise UserError(f"Ray could not start on this machine ({type(exc).__name__}: {first}); no result was "
                         "lost: relaunch the same command to resume (an overloaded machine can time out Ray's "
                         "start-up)") from None
+
+
+def virtual_pool_workers() -> dict[str, Any]:
+    """Ray's worker-pool settings for a virtual pool. Ray sizes its pool of idle Python workers by
+    the node's CPU count: with a pool of 1,024 virtual CPU slots it would prestart and keep up to
+    1,024 idle workers (each a Python process) on a machine with a few cores, starving the driver
+    and the trials. Simulated trials only sleep, so no prestart, and idle workers beyond the real
+    cores are let go. (Nor does a simulation give trials a runtime environment: a worker started
+    for one would never serve a trial that has none.)"""
+    cores = os.cpu_count() or 2
+    return {"prestart_worker_first_driver": False, "enable_worker_prestart": False, "num_workers_soft_limit": cores}
 
 
 def worker_env() -> dict[str, str]:

@@ -17,6 +17,7 @@ class LaunchStats:
     train_seconds: float = 0.0  # summed over trials, this launch only
     points_finished: int = 0
     trials_started: int = 0
+    reports: int = 0  # trial reports received, this launch only
     trial_seconds: dict[str, float] = field(default_factory=dict)  # last train_seconds seen per Tune trial
     trial_spans: dict[str, list[float]] = field(default_factory=dict)  # [started, last event] per Tune trial (driver clock)
 
@@ -70,6 +71,7 @@ class TuneTrials:
             self.stats.train_seconds += train_seconds - last
         self.stats.trial_seconds[tune_trial_id] = max(train_seconds, last)
         self.reported.add(tune_trial_id)
+        self.stats.reports += 1
         self.stats.touch(tune_trial_id, now)
 
     def unrestorable(self, tune_trial_id: str, error: str | None) -> bool:
