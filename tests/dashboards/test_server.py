@@ -221,11 +221,9 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path, sweep_dir, server):
         (["dashboard", str(sweep_dir), "--port", "x"], "invalid int value"),
     ]
     for args, message in cases:
-        t = time.monotonic()
-        result = run_cli(*args)
+        result = run_cli(*args)  # its timeout catches a command that hangs instead of exiting
         assert result.returncode == 2, (args, result.stderr)
         assert message in result.stderr and "Traceback" not in result.stderr, result.stderr
-        assert time.monotonic() - t < 10
     assert_alive(server)
 
 
