@@ -72,10 +72,11 @@ def test_a_sweep_killed_before_its_first_manifest_is_a_new_sweep(tmp_path):
 
 # One launch killed at each, in turn: the first point of the cells' grids assigned (the window of
 # issue 19), the manifest after the load, a point's finish, and Tune's snapshot (before the write).
-# CI (without RELIABILITY_FULL=1) kills two launches: the window of issue 19 and Tune's snapshot, the
-# write only a real driver makes (the manifest and a finish are among the in-process cases above).
+# CI (without RELIABILITY_FULL=1) kills two launches: at a point's finish (so that finished points
+# exist at the kills and nothing-retrained checks something), then at Tune's snapshot, the write only a
+# real driver makes. The window of issue 19 and the manifest are among the in-process cases above.
 FULL_CHAIN = ["ledger:open#1", "file:crash/manifest.json#2", "ledger:finish#2", "tune:snapshot#5:before"]
-CHAIN = FULL_CHAIN if FULL else ["ledger:open#1", "tune:snapshot#5:before"]
+CHAIN = FULL_CHAIN if FULL else ["ledger:finish#2", "tune:snapshot#5:before"]
 
 
 @pytest.mark.slow
@@ -88,6 +89,7 @@ def test_a_driver_sigkilled_at_kinds_of_write_in_a_row_resumes_to_the_uninterrup
     harness.reference = Results.of(reference_run["dir"])
     outcome = harness.crash(CHAIN)
     assert outcome.killed, "a launch finished the sweep before its crash point"
+    assert outcome.finished_at_kill, "no point had finished at the last kill: nothing-retrained checked nothing"
     assert not outcome.retrained, f"points trained again after they had finished: {outcome.retrained}"
     assert not outcome.differences, outcome.differences
     figures.record(
