@@ -7,6 +7,10 @@ Figures: each test stores what it measured with `figures.record(key, title=..., 
 terminal summary) — and `python tests/reliability/table.py FILE` turns that file into the
 README's reliability table.
 
+Length: by default the long tests run their CI versions (two controller kills instead of six, two
+real-driver crash points instead of four); `RELIABILITY_FULL=1` runs the full ones, as the README's
+reliability figures were measured.
+
 CPU load: `RELIABILITY_CPU_HOG=2` runs two busy processes (at Ray's worker niceness, 15) beside the
 kill tests (the six random kills, the crash points), to show that timing does not change results.
 
@@ -40,6 +44,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 REPORT_ENV = "RELIABILITY_REPORT"
 HOG_NICENESS = 15  # Ray's worker niceness (core_worker: "Adjusted worker niceness to 15")
 HOG_ENV = "RELIABILITY_CPU_HOG"  # N busy processes beside the kill tests (timing must not change results)
+FULL = os.environ.get("RELIABILITY_FULL", "") == "1"  # the long versions (six kills, four crash points)
 
 SWEEP = """\
 name: {name}
@@ -243,7 +248,9 @@ def reference_run(ray_session: str, tmp_path_factory: pytest.TempPathFactory) ->
     yaml = write_sweep(folder, "killsweep", **KILL_SWEEP)
     driver = Driver(yaml, ray_session, folder / "logs")
     summary = driver.summary()
-    return {"dir": folder / "killsweep", "summary": summary, "wall": time.time() - driver.started}
+    ended = time.time()
+    return {"dir": folder / "killsweep", "summary": summary, "wall": ended - driver.started, "ended": ended,
+            "load": os.getloadavg()[0]}
 
 
 # -- figures ----------------------------------------------------------------------------------------
