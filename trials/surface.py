@@ -212,7 +212,7 @@ def _unit_normal(*key: Any) -> float:
 def final_loss(method: SurfaceMethod, x: float, lr: float, seed: int, noise: float, key: str) -> float | None:
     """The point's final loss, or None when it diverges (or, for a table, lies outside its range)."""
     if method.table is not None:
-        recorded = method.table.grid(x).loss_at(lr)
+        recorded = method.valley_loss(x, lr)
         return None if recorded is None else recorded * (1.0 + noise * _unit_normal(key, x, f"{lr:.6g}", seed))
     star = method.optimal_lr(x)
     if (method.fails_above is not None and x > method.fails_above) or lr > method.cliff * star:

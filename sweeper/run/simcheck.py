@@ -52,7 +52,7 @@ def check(sweep_dir: str, band: float = 0.25, surface_path: str | None = None) -
             # regret: the planted (noise-free) loss at the chosen LR over the planted optimum; the measured
             # best loss carries seed noise and can sit below the optimum
             "regret": (None if r.get("best_lr") is None or fails else
-                       100 * ((method.valley_loss(x, r["best_lr"]) or math.inf) / planted_loss - 1)),
+                       100 * (method.valley_loss(x, r["best_lr"]) / planted_loss - 1)),  # type: ignore[operator]
             "measured_over_planted": None if best is None else 100 * (best / planted_loss - 1),
             "lr_error_steps": (None if r.get("best_lr") is None else abs(math.log2(r["best_lr"] / planted_lr))),
         })
