@@ -68,6 +68,7 @@ class LaunchSummary:
     driver_cpu_seconds: float = 0.0  # this process's user + system CPU over the launch (Ray's own processes excluded)
     driver_peak_rss_mb: float = 0.0
     reports: int = 0  # trial reports the driver received
+    tune_snapshots: int = 0  # Ray Tune experiment snapshots (each serialises every trial of the run)
 
     @property
     def utilisation(self) -> float:
@@ -213,6 +214,7 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
         simulation=({**simulation.manifest_entry(), **probe.figures(simulation.surface.time_compression)}
                     if simulation is not None and probe is not None else None),
         driver_cpu_seconds=driver_cpu() - cpu_at_start, reports=sweep.stats.reports,
+        tune_snapshots=sweep.stats.tune_snapshots,
         driver_peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     )
     manifest["launches"][-1].update({k: v for k, v in summary.to_dict().items() if k not in ("messages", "sweep_dir")})

@@ -53,12 +53,20 @@ from trials.surface import Pool as VirtualPool
 ENV_DEFAULTS = {
     "RAY_USAGE_STATS_ENABLED": "0",
     "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",  # our store replaces Tune's CSV/JSON/TensorBoard loggers
-    "TUNE_GLOBAL_CHECKPOINT_S": "2",  # experiment snapshots: how stale a restore can be
+    # Tune's experiment snapshot serialises every trial of the run, finished ones included, so its
+    # cost grows with the sweep. "auto": at least 10 s apart and at most ~5% of the driver's time.
+    # A restore from an older snapshot only trains again what ran since (the ledger has the rest).
+    "TUNE_GLOBAL_CHECKPOINT_S": "auto",
     "RAY_CHDIR_TO_TRIAL_DIR": "0",
     "RAY_AIR_NEW_OUTPUT": "0",
     "TUNE_DISABLE_STRICT_METRIC_CHECKING": "1",
     "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "1000000",
 }
+# Tune forces an experiment snapshot whenever a trial has written `num_to_keep` checkpoints since
+# the last one (so that a snapshot never names a deleted checkpoint). With 1, every checkpoint of
+# every trial forced one: O(trials) of JSON per checkpoint. With 2, a trial must checkpoint twice
+# between two periodic snapshots, which a real trial (minutes between checkpoints) never does.
+KEEP_CHECKPOINTS = 2
 PRELOAD_HOOK = "trials.ray_entry.preload"  # workers import torch and the trainer as they start, beside Tune's set-up
 
 # ----------------------------------------------------------------------------------------------
@@ -125,6 +133,8 @@ class SweepSearcher(Searcher):
     def save(self, checkpoint_path: str) -> None:
         # The ledger is the sweep's only persistent state; the driver rebuilds the queue from it.
         # Tune calls this while it writes its experiment snapshot: the snapshot's crash point.
+        if _ACTIVE is not None:
+            _ACTIVE.stats.tune_snapshots += 1
         with durable_write("tune:snapshot"):
             Path(checkpoint_path).write_text(json.dumps({"searcher": "layerrope-sweeper", "version": 1}))
 
@@ -463,7 +473,7 @@ class TuneSession:
             run_config=tune.RunConfig(
                 name=self.new_name, storage_path=self.storage_path, callbacks=[SweepCallback()], stop=SweepStopper(),
                 verbose=0, failure_config=tune.FailureConfig(max_failures=self.plan.config.retries),
-                checkpoint_config=tune.CheckpointConfig(num_to_keep=1), log_to_file=False,
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=KEEP_CHECKPOINTS), log_to_file=False,
             ),
         )
 

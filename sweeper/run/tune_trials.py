@@ -18,6 +18,7 @@ class LaunchStats:
     points_finished: int = 0
     trials_started: int = 0
     reports: int = 0  # trial reports received, this launch only
+    tune_snapshots: int = 0  # Ray Tune experiment snapshots written, this launch only
     trial_seconds: dict[str, float] = field(default_factory=dict)  # last train_seconds seen per Tune trial
     trial_spans: dict[str, list[float]] = field(default_factory=dict)  # [started, last event] per Tune trial (driver clock)
 

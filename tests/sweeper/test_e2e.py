@@ -173,7 +173,8 @@ def _launch_cmd(path: Path, address: str) -> list[str]:
 
 
 def test_sigkill_of_the_driver_and_relaunch_retrains_no_finished_point(ray_session, tmp_path):
-    # Trials of ~3 s (480 steps of a width-32 model) outlast a Tune experiment snapshot (every 2 s).
+    # Trials of ~3 s (480 steps of a width-32 model, a checkpoint every 10 steps) each force Tune
+    # experiment snapshots: one whenever a trial has written two checkpoints since the last.
     path = tiny_yaml(tmp_path, "killed", depths="[1, 2]", steps=480, stack=2)
     sweep = tmp_path / "killed"
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
@@ -197,8 +198,8 @@ def test_sigkill_of_the_driver_and_relaunch_retrains_no_finished_point(ray_sessi
                             start_new_session=True, env=env)
     try:
         def some_finished_some_running():
-            # A running point past a checkpoint (every 10 steps), started long enough ago that a Tune
-            # experiment snapshot (every 2 s) holds its trial.
+            # A running point past two checkpoints (every 10 steps), so that a Tune experiment
+            # snapshot (forced after a trial's second checkpoint since the last) holds its trial.
             p = load_points(sweep)
             running = p.filter((pl.col("state") == "running") & (pl.col("steps") >= 20)
                                & (pl.col("started_at") < time.time() - 2.5))
