@@ -304,8 +304,8 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any, memory
     else:
         console.print(f"rates measured by `sweeper bench` for every cell ({bench_cache.cache_path()})", highlight=False)
     if any(r["prior"] == "extrapolate" for r in rows):
-        console.print("* prior: extrapolate: a size starts once two smaller sizes are done, on a grid centred on the "
-                      "LR they predict (narrower when the prediction is tight)", highlight=False)
+        console.print("* prior: extrapolate: a size starts once its seed's smaller sizes are done (or three of them), on a "
+                      "grid centred on the LR they predict (narrower when the prediction is tight)", highlight=False)
     console.print(f"stack: {plan.config.stack}, concurrency: {plan.config.concurrency}; output: {plan.sweep_dir}",
                   highlight=False)
     if memory is not None and any(c.resources.get("GPU") for c in plan.cells):

@@ -216,8 +216,10 @@ class CellBook:
         return d
 
     def _smaller(self, cell: Cell) -> list[tuple[float, CellDecision | None]]:
+        # The same seed's smaller sizes only: pooled over seeds, a size would open on whichever
+        # seeds happened to be done, and its grid would depend on the order trials finish.
         return [(c.x, self.decisions.get(c.cell_id)) for c in self.cells.values()
-                if c.method == cell.method and c.x < cell.x]
+                if c.method == cell.method and c.seed == cell.seed and c.x < cell.x]
 
     def status(self, cid: str) -> CellStatus:
         return cell_status(self.decisions.get(cid), self.points[cid].values())

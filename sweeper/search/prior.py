@@ -2,7 +2,8 @@
 the LR law of the method's smaller sizes, spanning the 95% prediction interval of the new size's
 optimum (`sweeper.search.bracketing.predicted_grid`).
 
-Pure: given the cell and the decisions of the method's smaller cells, `first_grid` says which
+Pure: given the cell and the decisions of its smaller cells (the same method and seed:
+`sweeper.run.book`, so that a seed's grids never depend on how far the other seeds got), `first_grid` says which
 learning rates to start from, or that the cell must wait for smaller sizes (and why). The LR
 law is `sweeper.analysis.fits.lrlaw.predict_optimal_lr` (numbers only, no store).
 """

@@ -216,3 +216,26 @@ def test_a_prior_waits_for_smaller_sizes():
         play(b, cid, f"t-{cid}-{len(b.points[cid])}")
     assert not b.waiting and b.all_done()
     assert any("prior LR" in note for note in b.notes)
+
+
+def test_a_seeds_prior_comes_from_its_own_smaller_sizes_so_timing_never_changes_it():
+    """A size of seed 1 opens on seed 1's smaller sizes alone: whether seed 0's cells finished
+    first, or never ran, its first grid and every later decision are the same (a prior pooled over
+    whichever seeds happened to be done would make the search depend on the order trials finish)."""
+    def run(seed0_first: bool) -> tuple[list[str], dict[str, list[float]]]:
+        b = book(model={"width": 32, "heads": 2, "depths": [2, 4, 8, 16], "seq_len": 32}, seeds=[0, 1],
+                 lr={"center": 3e-3, "points": 3, "refine": True, "prior": "extrapolate"})
+        for cid in b.cells:
+            b.refresh(cid)
+        n = 0
+        for seed in ([0, 1] if seed0_first else [1]):
+            while ready := [cid for cid, q in b.queue.items() if q and cid.endswith(f"/s{seed}")]:
+                n += 1
+                play(b, ready[0], f"t{n}")
+        seed1 = [note for note in b.notes if "/s1:" in note]
+        return seed1, {cid: sorted(r.lr for r in pts.values()) for cid, pts in b.points.items() if cid.endswith("/s1")}
+
+    notes_alone, points_alone = run(seed0_first=False)
+    notes_after, points_after = run(seed0_first=True)
+    assert any(note.startswith("pre/L16/s1: prior LR") and "from 3 smaller sizes" in note for note in notes_alone)
+    assert notes_after == notes_alone and points_after == points_alone
