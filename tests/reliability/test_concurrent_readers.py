@@ -1,6 +1,6 @@
 """Item 7: `sweeper status`, `sweeper optima` and the dashboard read a sweep while it runs.
 
-The kill test's sweep runs twice, back to back (subprocess drivers on the session's Ray), after a
+The kill test's sweep runs once (twice with `RELIABILITY_FULL=1`; subprocess drivers on the session's Ray), after a
 run alone — the session's uninterrupted reference run when it has just finished (as in a full run of
 the suite, where this test is the first to ask for it), else one more run alone: first while three
 readers poll it as fast as they can — `status --json` and `optima --format json`
@@ -32,7 +32,7 @@ import pytest
 
 from sweeper.records.states import CELL_STATUSES
 
-from .conftest import KILL_SWEEP, Driver, cli_cmd, optima_json, write_sweep
+from .conftest import FULL, KILL_SWEEP, Driver, cli_cmd, optima_json, write_sweep
 
 BASELINE_FRESH_S = 120.0  # a reference run that ended this recently is the baseline (the load drifts)
 
@@ -177,29 +177,35 @@ def test_readers_poll_a_running_sweep_without_errors_or_torn_rows(ray_session, t
     assert wall < 3 * baseline, (wall, baseline)  # a writer blocked by readers would stall; CPU sharing slows a bit
 
     # At the rates a user reads (the dashboard page polls once a second, `status --watch 10`, an
-    # `optima` now and then), the sweep must not slow measurably.
-    _, user_wall, _, user_readers, _ = sweep_with_readers(
-        tmp_path / "user-rate", ray_session, tmp_path / "logs", drivers, every=1.0, status_every=10.0)
-    user_got = [{k: r[k] for k in keys} for r in optima_json(tmp_path / "user-rate" / "killsweep")["cells"]]
-    assert user_got == want
-    assert user_wall < 1.5 * baseline, (user_wall, baseline)
+    # `optima` now and then), the sweep must not slow measurably. A third run of the sweep: only with
+    # RELIABILITY_FULL=1 (the flat-out run above already fails for a writer that waits on readers).
+    user: dict[str, Any] = {}
+    if FULL:
+        _, user_wall, _, user_readers, _ = sweep_with_readers(
+            tmp_path / "user-rate", ray_session, tmp_path / "logs", drivers, every=1.0, status_every=10.0)
+        user_got = [{k: r[k] for k in keys} for r in optima_json(tmp_path / "user-rate" / "killsweep")["cells"]]
+        assert user_got == want
+        assert user_wall < 1.5 * baseline, (user_wall, baseline)
+        user = dict(
+            user_rate_readers="dashboard polled every 1 s, status and optima every 10 s",
+            user_rate_reads={r.name: r.reads for r in user_readers},
+            sweep_wall_seconds_with_user_rate_readers=round(user_wall, 1),
+            slowdown_at_user_rate=round(user_wall / baseline, 2),
+        )
 
     figures.record(
         "concurrency", order=12, title="Concurrent readers",
         does=("the 4-cell sweep again while `status --json`, `optima --format json` (new processes, back to back) "
-              "and the dashboard's update endpoint poll it without pause; then once more with readers at a user's rate"),
+              "and the dashboard's update endpoint poll it without pause; then (RELIABILITY_FULL=1) once more with readers at a user's rate"),
         reads={r.name: r.reads for r in readers},
         read_errors=sum(len(r.errors) for r in readers),
         torn_or_short_reads=0,
-        results_equal_to_uninterrupted=got == want == user_got,
+        results_equal_to_uninterrupted=got == want,  # (and the user-rate run's, asserted above)
         sweep_wall_seconds_without_readers=round(baseline, 1),
         baseline_run=baseline_run,
         sweep_wall_seconds_with_readers=round(wall, 1),
         slowdown_flat_out=round(wall / baseline, 2),
-        user_rate_readers="dashboard polled every 1 s, status and optima every 10 s",
-        user_rate_reads={r.name: r.reads for r in user_readers},
-        sweep_wall_seconds_with_user_rate_readers=round(user_wall, 1),
-        slowdown_at_user_rate=round(user_wall / baseline, 2),
+        **user,
         reader_priority="nice 19 (they take the CPU the trials leave)",
         reader_cpu_seconds=round(sum(r.cpu for r in readers) + dash_cpu, 1),
         load_average_before_and_during=[round(load_alone, 1), round(load_during, 1)],
