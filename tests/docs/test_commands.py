@@ -17,8 +17,7 @@ import shlex
 
 import pytest
 
-from sweeper.cli import build_parser
-from sweeper.cliargs import finish
+from sweeper.cli import build_parser, finish  # finish: what main() does after parsing (KEY=VALUE words)
 from tests.docs.pages import ROOT, blocks, inline_code, pages
 
 SHELL = ("bash", "sh", "shell", "console")
