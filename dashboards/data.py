@@ -20,6 +20,7 @@ from typing import Any, Iterable
 import polars as pl
 
 from dashboards import style
+from models.family import families as model_families
 from sweeper.records.store import (
     CELLS_SCHEMA,
     CURVES_SCHEMA,
@@ -141,7 +142,7 @@ class SweepData:
     def is_classification(self) -> bool:
         """An image-classification sweep (the ViT family): losses are cross-entropy per image."""
         families = set(self.points["family"].drop_nulls().unique()) | set(self.cells["family"].drop_nulls().unique())
-        return bool(families) and families <= {"vit"}
+        return bool(families) and families <= {f.name for f in model_families() if f.classifies_sequences}
 
     @cached_property
     def objective_label(self) -> str:

@@ -2,11 +2,12 @@
 
 A LLaMA-style decoder (`models.llama`), one small module per normalization scheme
 (`models.schemes.*`, chosen by name through `models.registry`), LayerRoPE
-(`models.layerrope`), the looped latent LM and the ViT. Every network carries a
+(`models.layerrope`), the looped latent LM and the ViT, each family one entry of the family registry
+(`models.family`, one module per family in `models.families`). Every network carries a
 leading *stack* dimension K: K models of identical architecture trained side by side
 (one per learning rate of a sweep cell). K = 1 is a plain model.
 
-`ModelConfig`, `count_params`, `flops_per_token`, `named_config(s)` and the registry do not import
+`ModelConfig`, `count_params`, `flops_per_token`, `named_config(s)` and the registries do not import
 torch; `build_model` does (on first use), so `from models import ModelConfig` stays fast.
 """
 

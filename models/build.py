@@ -1,10 +1,12 @@
-"""`build_model(cfg, stack=K, seed=s)`: the one entry point that turns a ModelConfig into a network."""
+"""`build_model(cfg, stack=K, seed=s)`: the one entry point that turns a ModelConfig into a network
+(the family entry's network class, `models.family`)."""
 
 from __future__ import annotations
 
 import torch
 
 from models.config import ModelConfig
+from models.family import family_of
 from models.stacked import StackedModel
 
 
@@ -21,20 +23,7 @@ def build_model(
     The base weights are drawn on the CPU whatever the device, so a seed gives the same network on
     every machine, for every K and every scheme.
     """
-    if cfg.family == "llama":
-        from models.llama import LlamaLM
-
-        model: StackedModel = LlamaLM(cfg, stack=stack)
-    elif cfg.family == "looped":
-        from models.looped import LoopedLM
-
-        model = LoopedLM(cfg, stack=stack)
-    elif cfg.family == "vit":
-        from models.vit import ViT
-
-        model = ViT(cfg, stack=stack)
-    else:
-        raise ValueError(f"unknown model family '{cfg.family}' (available: llama, looped, vit)")
+    model = family_of(cfg).build(cfg, stack=stack)
     if device is not None or dtype is not None:
         model.to(device=device, dtype=dtype)
     model.init_weights(seed)  # type: ignore[operator]

@@ -6,6 +6,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+#: the model family names, written once: each is one entry of the registry in `models.family` (one module
+#: in `models/families/`; the registry checks that it registers exactly these)
 Family = Literal["llama", "looped", "vit"]
 
 

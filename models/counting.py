@@ -1,66 +1,23 @@
-"""Exact parameter counts and training FLOPs per token, from the configuration alone (no torch).
+"""Exact parameter counts and training FLOPs per token of any `ModelConfig`, from the configuration alone
+(no torch): the family entry's counting (`models.family`), each family's formula in its module
+(`models/families/llama.py`, `looped.py`, `vit.py`). A test checks every family's and every scheme's
+count against the parameters of a built model.
 
-Per member, for the LLaMA decoder with width d, MLP hidden h, depth L, vocabulary V, sequence T:
-
-- matrices per block: q, k, v, o (4 d^2) and gate, up, down (3 d h);
-- embedding V d (input) and head d V (untied);
-- gains: the scheme's per-block gain vectors (d each), the embedding/final norm gains, and any
-  model-level gain module (LayerRoPE: 4 sites x (d + 4)).
-
-`nonembed` excludes both the input embedding and the head. A test checks every scheme's count
-against the parameters of a built model.
-
-Training FLOPs per token (PaLM appendix B convention, multiply-add = 2 FLOPs, backward = 2x forward):
-
-    6 * N_matmul + 12 * L * T * d,   N_matmul = L (4 d^2 + 3 d h) + d V
-
-6 N_matmul covers every parameter matmul including the LM head, not the embedding lookup (a gather)
-nor norms, gains, RoPE, softmax or the loss. 12 L T d is attention's QK^T and AV (2 T d FLOPs each
-per token per layer forward, times 3), counted over the full T x T score matrix as is standard for
-MFU; a causal kernel skips about half of it.
-
-The looped LM and the ViT are counted in `models.family_counts` (same conventions).
+Conventions (PaLM appendix B): multiply-add = 2 FLOPs, backward = 2 x forward, 6 FLOPs per parameter
+in a matmul per token, and attention's QK^T and AV over the full T x T score matrix.
 """
 
 from __future__ import annotations
 
 from models.config import ModelConfig
-from models.registry import make_scheme
+from models.family import family_of
 
 
 def count_params(cfg: ModelConfig) -> dict[str, int]:
     """{"total", "nonembed", "embedding", "head", "matmul"} parameters of one member."""
-    if cfg.family in ("looped", "vit"):
-        from models.family_counts import count_looped, count_vit
-
-        return count_looped(cfg) if cfg.family == "looped" else count_vit(cfg)
-    if cfg.family != "llama":
-        raise ValueError(f"count_params: unknown model family '{cfg.family}' (available: llama, looped, vit)")
-    scheme = make_scheme(cfg.scheme, cfg.depth, cfg.scheme_options)
-    d, h, depth = cfg.width, cfg.hidden, cfg.depth
-    block_matrices = depth * (4 * d * d + 3 * d * h)
-    block_gains = d * sum(len(scheme.block_sites(layer)) for layer in range(1, depth + 1))
-    model_gains = d * (int(scheme.embed_norm) + int(scheme.final_norm)) + scheme.extra_param_count(d)
-    embedding = head = cfg.vocab * d
-    nonembed = block_matrices + block_gains + model_gains
-    return {
-        "total": nonembed + embedding + head,
-        "nonembed": nonembed,
-        "embedding": embedding,
-        "head": head,
-        "matmul": block_matrices + head,
-    }
+    return family_of(cfg).count_params(cfg)
 
 
 def flops_per_token(cfg: ModelConfig, seq_len: int | None = None) -> float:
-    """Training FLOPs per token of one member: 6 N_matmul + 12 L T d (see the module docstring)."""
-    if cfg.family in ("looped", "vit"):
-        from models.family_counts import flops_looped, flops_vit
-
-        return flops_looped(cfg, seq_len) if cfg.family == "looped" else flops_vit(cfg)
-    if cfg.family != "llama":
-        raise ValueError(f"flops_per_token: unknown model family '{cfg.family}' (available: llama, looped, vit)")
-    d, h, depth = cfg.width, cfg.hidden, cfg.depth
-    seq = cfg.seq_len if seq_len is None else seq_len
-    matmul = depth * (4 * d * d + 3 * d * h) + d * cfg.vocab
-    return float(6 * matmul + 12 * depth * seq * d)
+    """Training FLOPs per token of one member (`seq_len`: the attention's T, default `cfg.seq_len`)."""
+    return family_of(cfg).flops_per_token(cfg, seq_len)

@@ -53,7 +53,8 @@ import torch
 from torch import Tensor, nn
 
 from models.config import ModelConfig
-from models.family_settings import LoopSettings, family_scheme_options, loop_settings
+from models.families.looped import LOOPED, LoopSettings, loop_settings
+from models.family import family_of
 from models.layers import Rotary, rms_norm, rotary_tables
 from models.llama import LlamaLM, member_cross_entropy
 from models.scheme import ParamKind
@@ -67,10 +68,10 @@ class LoopedLM(LlamaLM):
     """K stacked looped LMs of one configuration and scheme (see the module docstring)."""
 
     def __init__(self, cfg: ModelConfig, *, stack: int = 1) -> None:
-        if cfg.family != "looped":
+        if family_of(cfg) is not LOOPED:
             raise ValueError(f"LoopedLM needs model.family 'looped', got {cfg.family!r}")
         self.loops: LoopSettings = loop_settings(cfg)
-        super().__init__(replace(cfg, scheme_options=family_scheme_options(cfg)), stack=stack)
+        super().__init__(replace(cfg, scheme_options=LOOPED.scheme_options(cfg)), stack=stack)
         d = cfg.width
         self.inject_b = nn.Parameter(torch.empty(stack, d, d))
         self.inject_log_dt = nn.Parameter(torch.zeros(stack, d))

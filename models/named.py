@@ -48,36 +48,44 @@ VIT = {  # name: (width, heads, depth, image size, patch size, classes)
 }
 
 
-def _build() -> dict[str, ModelConfig]:
-    configs: dict[str, ModelConfig] = {}
+def _build() -> dict[str, tuple[str, ModelConfig]]:
+    """name: (ladder, configuration); the ladder groups a listing (`sweeper models`)."""
+    configs: dict[str, tuple[str, ModelConfig]] = {}
     for depth in DEPTH_LADDER:
-        configs[f"w128-L{depth}"] = ModelConfig(width=128, n_heads=4, depth=depth, vocab=32000, seq_len=256)
+        configs[f"w128-L{depth}"] = ("depth", ModelConfig(width=128, n_heads=4, depth=depth, vocab=32000, seq_len=256))
     for name, (width, heads, depth) in WIDTH_LADDER.items():
-        configs[name] = ModelConfig(width=width, n_heads=heads, depth=depth, vocab=32000, seq_len=256)
-    configs["tiny"] = ModelConfig(width=64, n_heads=4, depth=4, vocab=256, seq_len=128)
-    configs["tiny-deep"] = ModelConfig(width=64, n_heads=4, depth=16, vocab=256, seq_len=128)
-    configs["tiny-w128"] = ModelConfig(width=128, n_heads=4, depth=8, vocab=256, seq_len=128)
-    configs["micro"] = ModelConfig(width=32, n_heads=2, depth=2, vocab=256, seq_len=32)
+        configs[name] = ("width", ModelConfig(width=width, n_heads=heads, depth=depth, vocab=32000, seq_len=256))
+    configs["tiny"] = ("tiny", ModelConfig(width=64, n_heads=4, depth=4, vocab=256, seq_len=128))
+    configs["tiny-deep"] = ("tiny", ModelConfig(width=64, n_heads=4, depth=16, vocab=256, seq_len=128))
+    configs["tiny-w128"] = ("tiny", ModelConfig(width=128, n_heads=4, depth=8, vocab=256, seq_len=128))
+    configs["micro"] = ("tiny", ModelConfig(width=32, n_heads=2, depth=2, vocab=256, seq_len=32))
     for name, (width, heads, split, vocab, seq_len, loops) in LOOPED.items():
         extra = {"prelude": split[0], "core": split[1], "coda": split[2], **loops}
         looped = ModelConfig(family="looped", width=width, n_heads=heads, depth=sum(split), vocab=vocab, seq_len=seq_len,
                              extra=extra)
-        configs[name] = looped
-        configs[f"{name}-gpt"] = replace(looped, family="llama", extra={})
+        configs[name] = ("looped", looped)
+        configs[f"{name}-gpt"] = ("looped", replace(looped, family="llama", extra={}))  # beside its looped model
     for name, (width, heads, depth, image, patch, classes) in VIT.items():
-        configs[name] = ModelConfig(
+        configs[name] = ("vit", ModelConfig(
             family="vit", width=width, n_heads=heads, depth=depth, vocab=classes, seq_len=(image // patch) ** 2 + 1,
             mlp_hidden=4 * width, extra={"image_size": image, "patch_size": patch},
-        )
+        ))
     return configs
 
 
-_CONFIGS = _build()
+_NAMED = _build()
+_LADDERS = {name: ladder for name, (ladder, _) in _NAMED.items()}
+_CONFIGS = {name: cfg for name, (_, cfg) in _NAMED.items()}
 
 
 def named_configs() -> dict[str, ModelConfig]:
     """Every named configuration (scheme `pre`), in listing order."""
     return dict(_CONFIGS)
+
+
+def ladder_of(name: str) -> str:
+    """The ladder a named size belongs to: depth, width, tiny, looped (with the GPT baselines) or vit."""
+    return _LADDERS[name]
 
 
 def named_config(name: str, **overrides: Any) -> ModelConfig:

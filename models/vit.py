@@ -52,13 +52,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from models.config import ModelConfig
-from models.family_settings import (
-    ViTSettings,
-    family_scheme_options,
-    normalised_sites,
-    vit_hidden,
-    vit_settings,
-)
+from models.families.vit import VIT, ViTSettings, normalised_sites, vit_hidden, vit_settings
+from models.family import family_of
 from models.layers import ResidualStep
 from models.llama import LlamaLM
 from models.registry import make_scheme
@@ -195,13 +190,13 @@ class ViT(StackedModel):
 
     def __init__(self, cfg: ModelConfig, *, stack: int = 1) -> None:
         super().__init__()
-        if cfg.family != "vit":
+        if family_of(cfg) is not VIT:
             raise ValueError(f"ViT needs model.family 'vit', got {cfg.family!r}")
         self.image: ViTSettings = vit_settings(cfg)
         validate_vit_config(cfg)
         if stack < 1:
             raise ValueError(f"stack must be >= 1, got {stack}")
-        cfg = replace(cfg, scheme_options=family_scheme_options(cfg))
+        cfg = replace(cfg, scheme_options=VIT.scheme_options(cfg))
         self.cfg, self.stack = cfg, stack
         self.scheme = scheme = make_scheme(cfg.scheme, cfg.depth, cfg.scheme_options)
         d, img = cfg.width, self.image

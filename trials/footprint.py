@@ -45,6 +45,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from models.family import get_family
 from trials.data.base import cache_root, digest
 
 #: CPU: logits elements per chunk and member (rows x V): 2**23 fp32 = 32 MiB, ~260 rows at V = 32000. Measured
@@ -89,7 +90,12 @@ class TrialShape:
 
     @property
     def fused(self) -> bool:
-        return self.fused_loss and self.family == "llama"
+        return self.fused_loss and get_family(self.family).fused_loss
+
+    @property
+    def loss_rows(self) -> int:
+        """Rows of the unfused loss's logits: one per token, or one per sequence for a classifier (the ViT)."""
+        return self.micro_sequences if get_family(self.family).classifies_sequences else self.tokens
 
     @property
     def tokens(self) -> int:
@@ -152,15 +158,14 @@ def footprint(shape: TrialShape) -> Footprint:
         else:
             loss += CPU_CHUNK_BYTES_PER_LOGIT * v * min(t, max(1, CPU_CHUNK_ELEMENTS_PER_MEMBER // v))
     else:
-        rows = shape.micro_sequences if shape.family == "vit" else t  # a ViT classifies sequences, not tokens
-        loss = 12 * rows * v
+        loss = 12 * shape.loss_rows * v
     train_member = activations + autocast + loss
     optimizer_member = 4 * shape.params
     # evaluation: the same chunk of sequences, no gradients: one layer's activations and the loss's forward
     if shape.fused:
         eval_loss = 0 if shape.cuda else CPU_CHUNK_BYTES_PER_LOGIT * v * min(t, max(1, CPU_CHUNK_ELEMENTS_PER_MEMBER // v))
     else:
-        eval_loss = 8 * (shape.micro_sequences if shape.family == "vit" else t) * v  # logits and log-softmax
+        eval_loss = 8 * shape.loss_rows * v  # logits and log-softmax
     eval_member = act_bytes * d * t + autocast + eval_loss
     transient_member = max(train_member, optimizer_member)
     per_member = {"weights_grads_adam": state, "activations": activations, "autocast_copies": autocast, "loss": loss}

@@ -32,6 +32,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from models.family import family_of
+
 # the chunk sizes (with their reasons) live beside the memory model that counts them
 from trials.footprint import CPU_CHUNK_ELEMENTS_PER_MEMBER, CUDA_CHUNK_ELEMENTS
 
@@ -96,10 +98,9 @@ def chunk_rows(k: int, vocab: int, device: torch.device) -> int:
 
 
 def fused_applies(model: torch.nn.Module) -> bool:
-    """The fused head + loss knows the LLaMA decoder (`final_hidden` then a `[K, d, V]` head)."""
-    from models.llama import LlamaLM
-
-    return type(model) is LlamaLM
+    """The fused head + loss knows the LLaMA decoder (`final_hidden` then a `[K, d, V]` head): the family
+    entry's `fused_loss` capability, which the memory model (`trials.footprint`) reads too."""
+    return family_of(model.cfg).fused_loss  # type: ignore[arg-type]
 
 
 def member_losses(model: Any, inputs: Tensor, targets: Tensor, ignore_index: int = -100, **extra: Any) -> Tensor:

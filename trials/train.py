@@ -33,7 +33,6 @@ import os
 import random
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +40,7 @@ import numpy as np
 import torch
 
 from models import build_model, count_params, flops_per_token
-from models.config import ModelConfig
-from models.family_counts import sample_tokens
-from models.family_settings import vit_settings
+from models.families.vit import vit_settings
 from trials.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from trials.compiled import compile_regions
 from trials.data import check_vocab, open_source
@@ -55,9 +52,10 @@ from trials.engine import DeviceStep, accumulate, make_optimizer, release_cached
 from trials.errors import TrialInputError
 from trials.fused_loss import eval_sums
 from trials.fused_loss import member_losses as fused_member_losses
+from trials.model_setup import recipe_model, trial_family
 from trials.noise import mean_and_se
 from trials.schedule import LRSchedule, total_steps
-from trials.config import DEIT_DROP_PATH, TrainConfig, VisionConfig
+from trials.config import VisionConfig
 from trials.deit import AugmentedStream, ImageAugmenter
 from trials.spec import MemberReport, PointResult, StepReport, TrialSpec
 from trials.vision import ClassificationBatches, top1_correct
@@ -84,14 +82,6 @@ def resolve_autocast(train_dtype: str, device: torch.device) -> torch.dtype | No
     return torch.bfloat16
 
 
-def vit_recipe_model(model: ModelConfig, train: TrainConfig) -> ModelConfig:
-    """The model a trial builds: `model`, plus DeiT's drop-path (0.1) when the ViT's recipe is `deit`
-    and `model.extra` does not set `drop_path` itself."""
-    if model.family != "vit" or train.vision is None or train.vision.recipe != "deit" or "drop_path" in model.extra:
-        return model
-    return replace(model, extra={**model.extra, "drop_path": DEIT_DROP_PATH})
-
-
 def data_order_seed(data_seed: int, cell_seed: int) -> int:
     """One seed for the batch order of a cell: every LR of the cell, in any trial, sees the same batches."""
     return int(np.random.SeedSequence(seed_words(data_seed, cell_seed)).generate_state(1)[0])
@@ -107,12 +97,9 @@ class Trial:
 
     def __init__(self, spec: TrialSpec) -> None:
         self.spec = spec
-        train, cfg = spec.train, vit_recipe_model(spec.model, spec.train)
+        self.family = family = trial_family(spec.model, spec.data)
+        train, cfg = spec.train, recipe_model(spec.model, spec.train)
         self.model_cfg = cfg  # the model as built: spec.model, with the ViT recipe's drop-path filled in
-        if cfg.family not in ("llama", "looped", "vit"):
-            raise TrialInputError(f"model.family {cfg.family!r}: expected llama, looped or vit")
-        if (cfg.family == "vit") != (spec.data.source in ("images", "builtin_images")):
-            raise TrialInputError(f"data.source {spec.data.source!r}: the vit family trains on image data and only it does")
         self.source = open_source(spec.data)
         check_vocab(cfg.vocab, self.source)
         # The stall rule's baseline (cached with the corpus after the first trial); not needed without the rule.
@@ -123,15 +110,16 @@ class Trial:
         except ValueError as exc:
             raise TrialInputError(f"model: {exc}") from None
         self.params, self.params_nonembed = counts["total"], counts["nonembed"]
-        seq = sample_tokens(cfg)  # tokens per sequence, or per image (patches + class token) for the ViT
+        seq = family.tokens_per_sample(cfg)  # tokens per sequence, or per image (patches + class token) for the ViT
         self.steps = total_steps(train, seq, counts["total" if train.budget_params == "total" else "nonembed"])
         self.schedule = LRSchedule.from_config(train.schedule, self.steps)
         self.tokens_per_step = train.batch_size * seq
         self.device = resolve_device(train.device)
         self.autocast = resolve_autocast(train.dtype, self.device)
         self.execution = resolve_execution(train, self.device)
-        if train.micro_batch is not None and cfg.family == "vit":
-            raise TrialInputError("train.micro_batch: not for the vit family (its drop-path masks are drawn per batch); leave it unset")
+        if train.micro_batch is not None and not family.micro_batch:
+            raise TrialInputError(f"train.micro_batch: not for the {family.name} family (its drop-path masks are drawn per "
+                                  "batch); leave it unset")
         if train.threads:
             torch.set_num_threads(train.threads)
         if train.deterministic:  # process-wide; trials.ray_entry sets it per trial in a reused actor
@@ -154,7 +142,7 @@ class Trial:
             )
         self._pending: list[tuple[int, torch.Tensor]] = []  # (step, [K] losses on the device) not yet observed
         self.vision: ClassificationBatches | None = None
-        if cfg.family == "vit":
+        if family.requires_image_data:
             self._open_images(spec)
         else:
             # Read ahead on a background thread, into pinned memory on CUDA (see trials.data.prefetch).
@@ -328,7 +316,7 @@ class Trial:
         else:
             batch = self.stream.next_batch().to(self.device, non_blocking=True)
             inputs, targets = batch[:, :-1], batch[:, 1:]
-            if self.spec.model.family == "looped":  # the step's loop count(s): a pure function of (seed, step)
+            if self.family.samples_loops:  # the step's loop count(s): a pure function of (seed, step)
                 extra["loops"] = self.model.training_loops(self.step, self.spec.seed, inputs.shape[0])
         if self.device_step is not None:  # deferred: nothing is read back here
             losses = self.device_step.run(inputs, targets, extra, self.schedule.factor(self.step))

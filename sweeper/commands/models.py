@@ -45,27 +45,11 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def _ladder(name: str, family: str = "llama") -> str:
-    if family == "vit":
-        return "vit"
-    if family == "looped" or name.startswith("parcae-"):  # a looped model and its GPT baseline side by side
-        return "looped"
-    if name.startswith("w128-L"):
-        return "depth"
-    return "tiny" if name.startswith(("tiny", "micro")) else "width"
-
-
-def _blocks(cfg: Any) -> str:
-    """L, or P/C/Q (prelude/core/coda) for a looped model."""
-    if cfg.family == "looped":
-        extra = cfg.extra
-        return f"{extra.get('prelude', 2)}/{extra.get('core', 2)}/{extra.get('coda', 2)}"
-    return str(cfg.depth)
-
-
 def collect(scheme: str, seq_len: int | None) -> dict[str, Any]:
     # Here, not at the top: the CLI imports every command module when it starts (`sweeper validate`'s speed).
     from models import count_params, flops_per_token, named_configs
+    from models.family import family_of
+    from models.named import ladder_of
     from models.registry import get_scheme, scheme_names
 
     try:
@@ -75,12 +59,12 @@ def collect(scheme: str, seq_len: int | None) -> dict[str, Any]:
     rows = []
     for name, base in named_configs().items():
         cfg = replace(base, scheme=scheme)
-        counts = count_params(cfg)
+        counts, family = count_params(cfg), family_of(cfg)
         rows.append({
-            "name": name, "ladder": _ladder(name, cfg.family), "family": cfg.family, "blocks": _blocks(cfg),
-            "width": cfg.width, "n_heads": cfg.n_heads, "depth": cfg.depth,
-            "mlp_hidden": cfg.mlp_hidden or 4 * cfg.width if cfg.family == "vit" else cfg.hidden,
-            "vocab": cfg.vocab, "seq_len": cfg.seq_len if seq_len is None or cfg.family == "vit" else seq_len,
+            "name": name, "ladder": ladder_of(name), "family": cfg.family, "blocks": family.blocks_label(cfg),
+            "width": cfg.width, "n_heads": cfg.n_heads, "depth": cfg.depth, "mlp_hidden": family.mlp_hidden(cfg),
+            # an image fixes a ViT's tokens per sample: --seq-len is for the language models
+            "vocab": cfg.vocab, "seq_len": seq_len if seq_len is not None and family.data_kind == "tokens" else cfg.seq_len,
             "params": counts["total"], "params_nonembed": counts["nonembed"], "params_matmul": counts["matmul"],
             "flops_per_token": flops_per_token(cfg, seq_len),
         })
@@ -132,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     console.print("looped (parcae-*): L = prelude/core/coda blocks, FLOPs at the mean training loop count with "
                   "backprop through the last k loops; *-gpt is the non-looped baseline of the same blocks. "
                   "vit: V classes, T tokens per image (patches + class token), FLOPs per token "
-                  "(see models/family_counts.py).", style="dim")
+                  "(see models/families/).", style="dim")
     schemes = Table(title="Normalization schemes (options go in scheme_options)", box=box.SIMPLE_HEAD, padding=(0, 1))
     schemes.add_column("scheme")
     schemes.add_column("wiring")

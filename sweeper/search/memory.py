@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from models.counting import count_params
-from models.family_settings import loop_settings
+from models.family import get_family
 from sweeper.errors import UserError
 from trials.footprint import Footprint, TrialShape, footprint, measured_stack_bytes, shape_key
 
@@ -81,12 +81,8 @@ def cell_shape(cell: Any, micro_batch: int | None = None) -> TrialShape:
 
 def activation_layers(cell: Any) -> int:
     """Layers whose activations a training step keeps: the blocks; a looped model's prelude and coda once and
-    its core once per iteration that gradients flow through (the last `backprop_loops`; earlier iterations run
-    without gradients and keep nothing)."""
-    if cell.family != "looped":
-        return cell.depth
-    loop = loop_settings(cell.model)
-    return loop.prelude + loop.coda + loop.core * min(loop.backprop_loops, loop.max_loops)
+    its core once per iteration that gradients flow through (the family entry's `activation_layers`)."""
+    return get_family(cell.family).activation_layers(cell.model)
 
 
 @dataclass(frozen=True)
@@ -177,7 +173,7 @@ def check_fits(cells: list[Any], *, device: DeviceMemory | None = None, host_mem
             continue
         what = (f"one member needs {est.bytes(1) / GiB:.1f} GiB ({est.source}) but a trial has "
                 f"{est.budget / GiB:.1f} GiB ({est.budget_source})")
-        if cell.family == "vit":
+        if not get_family(cell.family).micro_batch:
             what += "; lower train.batch_size or give the trial more memory (resources.gpu)"
         elif (micro := fitting_micro_batch(cell, device=device, host_memory_bytes=host_memory_bytes,
                                            measured=measured)) is not None:

@@ -22,7 +22,7 @@ from typing import Any
 
 from models.config import ModelConfig
 from models.counting import count_params, flops_per_token
-from models.family_settings import looped_depth, vit_settings
+from models.family import get_family
 from sweeper.errors import UserError
 from sweeper.records.ids import cell_id, point_id, size_labels
 from sweeper.records.rows import CellFacts
@@ -154,12 +154,11 @@ def _shapes(cfg: SweepConfig) -> list[tuple[str, int, int, int, int | None, dict
         return [(label, d, m.width, m.heads, m.mlp_hidden, dict(m.extra))
                 for label, d in zip(size_labels(depths=m.depths), m.depths)]
     if m.loops is not None:
-        blocks = looped_depth(m.extra)
-        return [
-            (label, blocks, m.width, m.heads, m.mlp_hidden,
-             {"max_loops": max(32, n), **m.extra, "mean_loops": n, "eval_loops": n})
-            for label, n in zip(size_labels(loops=m.loops), m.loops)
-        ]
+        family, loop_shapes = get_family(m.family), []
+        for label, n in zip(size_labels(loops=m.loops), m.loops):
+            blocks, extra = family.axis_shape(m.extra, n)  # the blocks of `extra`, trained and evaluated at n loops
+            loop_shapes.append((label, blocks, m.width, m.heads, m.mlp_hidden, extra))
+        return loop_shapes
     out = []
     for size in m.sizes or []:
         shape = size.shape()
@@ -276,14 +275,13 @@ def _model_config(cfg: SweepConfig, method: MethodSpec, *, depth: int, width: in
                   mlp_hidden: int | None, vocab: int, extra: dict[str, Any] | None = None) -> ModelConfig:
     m = cfg.model
     extra = dict(m.extra) if extra is None else extra
-    seq_len = m.seq_len
-    if m.family == "vit":  # the ViT's tokens per sample: its patches and the class token
-        seq_len = vit_settings(ModelConfig(family="vit", extra=extra)).tokens
-    return ModelConfig(
+    model = ModelConfig(
         family=m.family, scheme=method.scheme_name, width=width, depth=depth, n_heads=heads, vocab=vocab,
-        seq_len=seq_len, init_std=m.init_std, norm_eps=m.norm_eps, mlp_hidden=mlp_hidden, rope_base=m.rope_base,
+        seq_len=m.seq_len, init_std=m.init_std, norm_eps=m.norm_eps, mlp_hidden=mlp_hidden, rope_base=m.rope_base,
         scheme_options=deep_merge(m.scheme_options, method.scheme_options), extra=extra,
     )
+    # the tokens of one sample: `model.seq_len` for an LM, a ViT's patches and class token
+    return replace(model, seq_len=get_family(m.family).tokens_per_sample(model))
 
 
 def compat_diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:

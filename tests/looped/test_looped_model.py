@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from models.family_settings import LoopSettings, loop_settings
+from models.families.looped import LoopSettings, count_looped, loop_settings
 from models.layers import rms_norm, rotary_tables
 from models.registry import scheme_names
 from tests.helpers import perturb
@@ -151,8 +151,6 @@ def test_layerrope_slope_option_can_be_overridden():
 
 @pytest.mark.parametrize("scheme", scheme_names())
 def test_every_scheme_builds_trains_and_counts(scheme, tokens):
-    from models.family_counts import count_looped
-
     cfg = looped_config(scheme)
     model = make(cfg, stack=2)
     loss = model.member_losses(tokens[:, :-1], tokens[:, 1:], loops=3)

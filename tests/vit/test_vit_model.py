@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from models.family_counts import count_vit, flops_vit
+from models.families.vit import count_vit, flops_vit
 from models.registry import scheme_names
 from tests.helpers import perturb
 from tests.vit.conftest import make, vit_config
