@@ -15,7 +15,7 @@ import sys
 
 from sweeper import __version__
 from sweeper.cliargs import finish, subparser_of
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 
 COMMANDS = [
     "validate",

@@ -24,7 +24,7 @@ import tempfile
 from typing import Any
 
 from sweeper.cliargs import add_format
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 
 
 def register(subparsers: Any) -> None:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeper.cliargs import add_format
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 
 _SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
 _PROGRESS_TTY_S = 0.5

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeper.cliargs import add_format
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 from sweeper.analysis.gamma.layouts import RULES, SITE_GROUPS
 
 DESCRIPTION = """\

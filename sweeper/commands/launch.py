@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeper.cliargs import add_format, add_out, add_overrides
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 
 DEFAULT_THROUGHPUT = 2e14  # FLOP/s per GPU for --dry-run estimates: ~25% of an H100/H200's dense bf16 peak
 DEFAULT_CPU_THROUGHPUT = 2e10  # FLOP/s per CPU core (sweeper.search.cost)

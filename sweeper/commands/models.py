@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from sweeper.cliargs import add_format
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 
 
 def _positive_int(text: str) -> int:

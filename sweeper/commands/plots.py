@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeper.cliargs import FORMATS, add_format, add_out
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 
 
 def register(subparsers: Any) -> None:

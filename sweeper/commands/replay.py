@@ -58,7 +58,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sweeper.errors import UserError
+    from sweeper.core.errors import UserError
 
     try:
         shifts = parse_shifts(args.shifts)
@@ -113,7 +113,7 @@ def parse_shifts(text: str) -> list[int]:
 def sweep_policies(path: str, overrides: list[str]) -> list[tuple[str, list[str], Any]]:
     """(label, methods, LRSection) per distinct LR policy of the sweep, overrides applied; the
     top-level `lr` section first."""
-    from sweeper.errors import UserError
+    from sweeper.core.errors import UserError
     from sweeper.spec.schema import LRSection, deep_merge, load_sweep, problems_from
     from sweeper.search.replay import describe_policy
     from sweeper.spec.yamlio import YamlProblem, load_text

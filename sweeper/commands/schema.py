@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from sweeper.cliargs import add_out
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 
 
 def register(subparsers: Any) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeper.cliargs import add_format
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 
 
 def register(subparsers: Any) -> None:

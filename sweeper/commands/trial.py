@@ -27,7 +27,7 @@ import time
 from typing import Any
 
 from sweeper.cliargs import add_format, add_overrides
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 
 DEFAULT_STEPS = 200
 DEFAULT_SEQ_LEN = 128

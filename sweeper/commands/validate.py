@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeper.cliargs import add_format, add_overrides
-from sweeper.records.ids import size_labels
+from sweeper.core.ids import size_labels
 from sweeper.search.bracketing import initial_grid
 
 

@@ -27,11 +27,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 from sweeper.records import crash_points
 from sweeper.records.durable import write_json_atomic
 from sweeper.records.ledger import OptunaLedger
-from sweeper.records.rows import CellRow
+from sweeper.core.rows import CellRow
 from sweeper.records.storage_errors import StorageFault, as_user_error, is_storage_error
 from sweeper.records.store import MANIFEST, load_cells, load_points
 from sweeper.records.table import status_counts

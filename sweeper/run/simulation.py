@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 from sweeper.search.planner import Plan, fingerprint_of
 from trials.simulated import SimulatedCell
 from sweeper.search.replay import load_table

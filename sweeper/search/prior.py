@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sweeper.analysis.fits.lrlaw import predict_optimal_lr
-from sweeper.search.bracketing import CellDecision, LRPolicy, initial_grid, predicted_grid
+from sweeper.core.grid import CellDecision, LRPolicy
+from sweeper.search.bracketing import initial_grid, predicted_grid
 
 WAITING = "waiting for smaller sizes (prior: extrapolate)"
 

@@ -24,7 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from sweeper.search.bracketing import GridPoint, LRPolicy, decide, initial_grid, predicted_grid
+from sweeper.core.grid import GridPoint, LRPolicy
+from sweeper.search.bracketing import decide, initial_grid, predicted_grid
 from sweeper.analysis.fits.lrlaw import predict_optimal_lr
 
 STEP = math.log(math.sqrt(2))  # landscape curvature is given per √2 step, as StepLaw's grids

@@ -29,8 +29,10 @@ from typing import Any
 
 import polars as pl
 
-from sweeper.search.bracketing import CellDecision, GridPoint, LRPolicy, canonical, decide, initial_grid
-from sweeper.errors import UserError
+from sweeper.core.grid import CellDecision, GridPoint, LRPolicy
+from sweeper.core.ids import canonical
+from sweeper.search.bracketing import decide, initial_grid
+from sweeper.core.errors import UserError
 
 DEFAULT_TOLERANCE = 0.01  # relative: recorded LRs are rounded to 4 significant digits; grid steps are ≥ 10%
 NEAR_OPTIMAL_BAND = 0.25  # percent (StepLaw, DeepSeek LLM)

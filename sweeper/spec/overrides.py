@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 from sweeper.spec.yamlio import YamlProblem, load_text
 
 Path_ = tuple[str | int, ...]

@@ -43,8 +43,8 @@ from pydantic_core import PydanticCustomError
 from models.config import ModelConfig
 from models.family_settings import loop_settings, looped_depth, vit_settings
 from models.registry import get_scheme, make_scheme
-from sweeper.errors import UserError
-from sweeper.search.bracketing import LRPolicy
+from sweeper.core.errors import UserError
+from sweeper.core.grid import LRPolicy
 from sweeper.spec import catalog
 from sweeper.spec import overrides as overrides_
 from sweeper.spec.yamlio import LoadedYaml, YamlProblem, load_file

@@ -10,7 +10,7 @@ import pytest
 
 from models import count_params, named_config
 from sweeper.cli import main
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 from sweeper.search.planner import build_plan
 from sweeper.spec.schema import load_sweep, validate_data
 from trials.run import run_trial

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from models.config import ModelConfig
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 from sweeper.run.simulation import load_surface
 from tests.sweeper.test_replay import STEPLAW
 from trials.config import TrainConfig

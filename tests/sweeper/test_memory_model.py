@@ -13,7 +13,7 @@ import pytest
 from sweeper.cli import main
 from sweeper.search.memory import (DEFAULT_GPU_BYTES, GiB, auto_stack, cell_shape, check_fits, device_memory, estimate,
                                    fitting_micro_batch)
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 from sweeper.search.planner import build_plan
 from sweeper.spec.schema import validate_data
 from trials.footprint import (CUDA_CONTEXT_BYTES, FRAGMENTATION, MEASURED_HEADROOM, TrialShape, footprint, load_measured,

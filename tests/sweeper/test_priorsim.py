@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from sweeper.search.bracketing import LRPolicy
+from sweeper.core.grid import LRPolicy
 from sweeper.search.priorsim import main, plant_method, simulate_method, steplaw_like
 
 QUICKSTART = str(Path(__file__).resolve().parents[2] / "sweeps" / "quickstart.yaml")

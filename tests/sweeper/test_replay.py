@@ -17,9 +17,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from sweeper.search.bracketing import LRPolicy
+from sweeper.core.grid import LRPolicy
 from sweeper.cli import main
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 from sweeper.commands.replay import parse_shifts
 from sweeper.search.replay import replay, replay_group, table_from_frame
 

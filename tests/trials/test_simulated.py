@@ -94,7 +94,7 @@ def test_reports_closer_than_min_report_seconds_are_coalesced():
 
 
 def test_surface_file_errors_name_the_file_and_line(tmp_path):
-    from sweeper.errors import UserError
+    from sweeper.core.errors import UserError
     from sweeper.run.simulation import load_surface
 
     bad = tmp_path / "s.yaml"
@@ -108,7 +108,7 @@ def test_surface_file_errors_name_the_file_and_line(tmp_path):
 
 
 def test_concurrency_auto_lets_ray_pack_mixed_fractions():
-    from sweeper.errors import UserError
+    from sweeper.core.errors import UserError
     from sweeper.run.tune_session import auto_concurrency
 
     pool = {"CPU": 1024.0, "GPU": 8.0}

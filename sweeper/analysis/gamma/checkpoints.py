@@ -17,7 +17,7 @@ Three kinds of PATH:
   configuration that finished ok with the lowest loss. A trial *checkpoint* folder (stacked
   members and optimizer state, without the model config) is refused with a pointer to the exports.
 
-Bad input raises `sweeper.errors.UserError` (the CLI exits 2).
+Bad input raises `sweeper.core.errors.UserError` (the CLI exits 2).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 from sweeper.analysis.gamma.layouts import (
     UnknownLayout,
     detect_layouts,
