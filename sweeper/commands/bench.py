@@ -172,11 +172,10 @@ def run(args: argparse.Namespace) -> int:
     except TrialInputError as exc:
         raise UserError(exc.message) from None
     if not args.no_cache:
-        from sweeper.records import bench_cache
+        from sweeper.bench.cache import from_bench, record
 
         try:
-            result["cached_in"] = str(bench_cache.record(bench_cache.from_bench(result, "sweeper " + " ".join(
-                sys.argv[1:]))))
+            result["cached_in"] = str(record(from_bench(result, "sweeper " + " ".join(sys.argv[1:]))))
         except OSError as exc:  # a read-only home: the measurement is still printed
             result["cached_in"] = None
             print(f"warning: the measurement was not cached ({exc})", file=sys.stderr)

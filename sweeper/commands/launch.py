@@ -206,7 +206,7 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any, memory
             cpu_throughput: float = DEFAULT_CPU_THROUGHPUT, pool: float | None = None) -> int:
     from rich.table import Table  # (see `run`)
 
-    from sweeper.records import bench_cache
+    from sweeper.search import bench_cache
     from sweeper.search.cost import cost_plan
     from sweeper.search.memory import describe
 

@@ -26,7 +26,7 @@ from typing import Literal
 
 from sweeper.core.grid import GridPoint, LRPolicy
 from sweeper.search.bracketing import decide, initial_grid, predicted_grid
-from sweeper.analysis.fits.lrlaw import predict_optimal_lr
+from sweeper.stats.lrlaw import predict_optimal_lr
 
 STEP = math.log(math.sqrt(2))  # landscape curvature is given per √2 step, as StepLaw's grids
 

@@ -51,6 +51,15 @@ def parse_path(key: str) -> Path_:
     return tuple(parts)
 
 
+def dotted(path: Path_) -> str:
+    """The one spelling of a field path, as every message names a field: ('methods', 1, 'lr') -> 'methods[1].lr'
+    (the inverse of `parse_path`)."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
 def parse(texts: list[str] | tuple[str, ...]) -> list[Override]:
     """Every override read, or one UserError naming each one that cannot be read."""
     out: list[Override] = []
@@ -114,10 +123,6 @@ def apply(doc: Any, overrides: list[Override]) -> Any:
 
 
 def _cannot(override: Override, depth: int, why: str) -> UserError:
-    from sweeper.spec.schema import (
-        dotted,  # the one spelling of a field path (schema imports this module)
-    )
-
     return UserError(f"override {override.text!r}: {dotted(override.path[: depth + 1])}: {why} in the file")
 
 

@@ -47,6 +47,7 @@ from sweeper.core.errors import UserError
 from sweeper.core.grid import LRPolicy
 from sweeper.spec import catalog
 from sweeper.spec import overrides as overrides_
+from sweeper.spec.overrides import dotted
 from sweeper.spec.yamlio import LoadedYaml, YamlProblem, load_file
 from trials.config import DataConfig, DivergenceConfig, TrainConfig
 
@@ -587,13 +588,6 @@ class Problem:
 class MissingFile(Problem):
     """A data file the sweep names that is not on this machine: fatal where trials read it (validate,
     launch), a warning for commands that never read the data (--dry-run, replay, simulation)."""
-
-
-def dotted(path: tuple[str | int, ...]) -> str:
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "(top level)"
 
 
 def _show(value: Any) -> str:

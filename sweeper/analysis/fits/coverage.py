@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from sweeper.analysis.fits.lrlaw import fit_lr_law
+from sweeper.stats.lrlaw import fit_lr_law
 from sweeper.analysis.fits.powerlaw import SCHEMES, fit_loss_curve
 
 DEPTHS = np.array([48, 64, 96, 128, 192, 256, 384, 512], dtype=float)

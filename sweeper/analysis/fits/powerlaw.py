@@ -42,7 +42,7 @@ import numpy as np
 from scipy.optimize import least_squares, minimize_scalar
 
 from sweeper.analysis.fits import nnls
-from sweeper.analysis.fits.estimate import (
+from sweeper.stats.estimate import (
     MISSING,
     Estimate,
     estimate,
@@ -50,7 +50,7 @@ from sweeper.analysis.fits.estimate import (
     small_sample_factor,
     width_warnings,
 )
-from sweeper.analysis.fits.loglog import PowerLawFit, fit_power_law
+from sweeper.stats.loglog import PowerLawFit, fit_power_law
 
 ALPHA_BOUNDS = (1e-3, 5.0)
 ALPHA_GRID_SIZE = 800
