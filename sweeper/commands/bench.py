@@ -23,7 +23,7 @@ import sys
 import tempfile
 from typing import Any
 
-from sweeper.cliargs import add_format
+from sweeper.commands.cliargs import add_format
 from sweeper.core.errors import UserError
 
 

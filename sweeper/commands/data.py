@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sweeper.cliargs import add_format
+from sweeper.commands.cliargs import add_format
 from sweeper.core.errors import UserError
 
 _SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}

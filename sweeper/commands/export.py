@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from sweeper.cliargs import add_format, add_out
+from sweeper.commands.cliargs import add_format, add_out
 from sweeper.core.errors import UserError
 
 

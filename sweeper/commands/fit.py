@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sweeper.cliargs import add_format
+from sweeper.commands.cliargs import add_format
 from sweeper.core.errors import UserError
 
 

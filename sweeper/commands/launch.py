@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sweeper.cliargs import add_format, add_out, add_overrides
+from sweeper.commands.cliargs import add_format, add_out, add_overrides
 from sweeper.core.errors import UserError
 
 DEFAULT_THROUGHPUT = 2e14  # FLOP/s per GPU for --dry-run estimates: ~25% of an H100/H200's dense bf16 peak

@@ -14,7 +14,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from sweeper.cliargs import add_format
+from sweeper.commands.cliargs import add_format
 from sweeper.core.errors import UserError
 
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sweeper.cliargs import FORMATS, add_format, add_out
+from sweeper.commands.cliargs import FORMATS, add_format, add_out
 from sweeper.core.errors import UserError
 
 

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from sweeper.cliargs import add_out
+from sweeper.commands.cliargs import add_out
 from sweeper.core.errors import UserError
 
 

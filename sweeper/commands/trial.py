@@ -22,11 +22,10 @@ import difflib
 import json
 import math
 import signal
-import sys
 import time
 from typing import Any
 
-from sweeper.cliargs import add_format, add_overrides
+from sweeper.commands.cliargs import add_format, add_overrides
 from sweeper.core.errors import UserError
 
 DEFAULT_STEPS = 200
@@ -314,8 +313,3 @@ def _train(args: argparse.Namespace, spec: Any, source: Any) -> int:
     ))
     return 130 if trial.stopped else 0
 
-
-if __name__ == "__main__":  # pragma: no cover
-    from sweeper.cli import main
-
-    sys.exit(main(["trial", *sys.argv[1:]]))

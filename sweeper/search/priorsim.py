@@ -120,7 +120,7 @@ def steplaw_like(optimum: float, rng: random.Random, noise: float = 0.0005) -> L
 
 
 def main(argv: list[str] | None = None) -> int:
-    from sweeper.commands.replay import sweep_policies
+    from sweeper.search.policies import sweep_policies
     from sweeper.spec.schema import load_sweep
 
     parser = argparse.ArgumentParser(prog="python -m sweeper.search.priorsim", description=__doc__.splitlines()[0])

@@ -382,22 +382,3 @@ def summarise(outcomes: Sequence[ReplayOutcome], *, groups: int, skipped_edge: i
         exhaustive_points_mean=exhaustive_points_mean,
         by_shift=tuple(by_shift), outcomes=tuple(outcomes),
     )
-
-
-def describe_policy(policy: LRPolicy) -> str:
-    """A short label: 'factor 2, 3 points, refine toward vertex, vertex first, half step past failures, cap 10'."""
-    grid = f"grid of {len(policy.grid)}" if policy.grid is not None else f"{policy.points} points"
-    refine = {True: "refine", False: "no refine", "vertex": "refine toward vertex"}[policy.refine]
-    parts = [f"factor {policy.factor:g}", grid, refine]
-    if policy.refine_min_gain:
-        parts.append(f"min gain {policy.refine_min_gain:g}")
-    if policy.vertex_first:
-        parts.append("vertex first")
-    if (policy.refine == "vertex" or policy.vertex_first) and policy.vertex_offset != 0.5:
-        parts.append(f"vertex offset {policy.vertex_offset:g}")
-    if policy.failed_neighbour != "skip":
-        parts.append("half step past failures")
-    if policy.extend_by != 1:
-        parts.append(f"extend by {policy.extend_by}")
-    parts.append(f"cap {policy.max_points}")
-    return ", ".join(parts)

@@ -11,7 +11,8 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from sweeper.cli import COMMANDS, main
+from sweeper.cli import main
+from sweeper.commands.parser import COMMANDS
 from sweeper.spec.schema import SweepConfig
 
 ROOT = Path(__file__).resolve().parents[2]
