@@ -35,7 +35,7 @@ from trials.surface import RecordedGrid, Surface, SurfaceTable
 
 def load_surface(path: str | Path) -> Surface:
     """Read and validate a surface file; UserError with FILE:LINE per problem."""
-    from sweeper.spec.schema import _user_error, problems_from  # the sweep file's error rendering
+    from sweeper.spec.schema import problems_from, user_error  # the sweep file's error rendering
     from sweeper.spec.yamlio import YamlProblem, load_file
 
     label = str(path)
@@ -48,7 +48,7 @@ def load_surface(path: str | Path) -> Surface:
     try:
         surface = Surface.model_validate(loaded.data)
     except ValidationError as exc:
-        raise _user_error(problems_from(exc, Surface), loaded, label) from None
+        raise user_error(problems_from(exc, Surface), loaded, label) from None
     for name, method in surface.methods.items():
         if method.table is not None:
             method.table.recorded = read_recorded(method.table, Path(path).parent, f"{label}: methods.{name}.table")
