@@ -21,7 +21,7 @@ def record(measurement: Measurement, path: Path | None = None) -> Path:
 
 
 def from_bench(result: dict[str, Any], command: str) -> Measurement:
-    """The cache entry of one `sweeper bench` result (`trials.bench.run_bench`)."""
+    """The cache entry of one `sweeper bench` result (`sweeper.bench.trial.run_bench`)."""
     s = result["settings"]
     heads = s.get("heads") or max(1, int(s["width"]) // 32)
     machine = result.get("machine") or {}

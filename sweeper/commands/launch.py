@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
 
     simulation = None
     if args.simulate:
-        from sweeper.run.simulation import Simulation, load_surface
+        from sweeper.sim.simulation import Simulation, load_surface
 
         surface = load_surface(args.simulate)
         if args.virtual_gpus is not None:

@@ -48,7 +48,7 @@ from sweeper.run.sweep_run import SWEEP_DONE, SweepRun, point_ids_of
 from sweeper.search.planner import Plan
 from trials.ray_entry import trainable as trial_trainable
 from trials.spec import StepReport
-from trials.surface import Pool as VirtualPool
+from sweeper.sim.surface import Pool as VirtualPool
 
 ENV_DEFAULTS = {
     "RAY_USAGE_STATS_ENABLED": "0",

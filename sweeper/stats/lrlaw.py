@@ -89,7 +89,7 @@ def predict_optimal_lr(
     exactly two sizes, `lo` and `hi` are None (no scatter to estimate: do not narrow the
     grid). Sizes and target must be on the same axis (depths, or parameter counts).
     `interval="confidence"` returns the law's own band instead (what the planner used before;
-    kept for comparison by `python -m sweeper.search.priorsim`).
+    kept for comparison by `sweeper bench prior`).
     """
     if not (math.isfinite(target) and target > 0):
         raise ValueError(f"target size must be finite and positive (got {target!r})")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from dashboards.synthetic import SyntheticSpec, SyntheticSweep
+from sweeper.sim.synthetic import SyntheticSpec, SyntheticSweep
 from sweeper.core.rows import PointRow
 from sweeper.records.store import StoreWriter, load_points
 

@@ -20,7 +20,7 @@ each size of the sweep names one group of the table (the values of its group col
 loss at a learning rate is the recorded one, linearly interpolated in ln lr between two recorded
 learning rates; a learning rate outside the group's recorded range is a `failed` point (as in
 `sweeper replay`: the table cannot say what it would have done). The driver reads the file
-(`sweeper.run.simulation.load_surface`) and fills `recorded`, so trials never read it.
+(`sweeper.sim.simulation.load_surface`) and fills `recorded`, so trials never read it.
 
 Pure logic: pydantic and the standard library; no torch, no Ray.
 """

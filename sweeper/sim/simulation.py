@@ -3,7 +3,7 @@
 Everything but the trial is real: the plan, Ray Tune with a virtual pool (the surface's `pool`:
 N GPUs as Ray resources on this node, so GPU fractions, `by_size`, `concurrency: auto` and
 `stack: auto` pack as they would on a cluster), the ledger, the store, resume, `status`, `optima`,
-`fit` and the dashboard. The trial is `trials.simulated`: it sleeps its simulated duration and
+`fit` and the dashboard. The trial is `sweeper.sim.trial`: it sleeps its simulated duration and
 reports the surface's losses.
 
 A simulated sweep is marked everywhere: the manifest's `simulated` entry, every cell's
@@ -27,17 +27,17 @@ from typing import Any
 from pydantic import ValidationError
 
 from sweeper.core.errors import UserError
+from sweeper.core.ids import cell_of
 from sweeper.search.planner import Plan, fingerprint_of
-from trials.simulated import SimulatedCell
 from sweeper.search.replay import load_table
-from trials.surface import RecordedGrid, Surface, SurfaceTable
+from sweeper.sim.surface import RecordedGrid, Surface, SurfaceTable
+from sweeper.sim.trial import SimulatedCell
+from sweeper.spec.schema import problems_from, user_error
+from sweeper.spec.yamlio import YamlProblem, load_file
 
 
 def load_surface(path: str | Path) -> Surface:
-    """Read and validate a surface file; UserError with FILE:LINE per problem."""
-    from sweeper.spec.schema import problems_from, user_error  # the sweep file's error rendering
-    from sweeper.spec.yamlio import YamlProblem, load_file
-
+    """Read and validate a surface file; UserError with FILE:LINE per problem (as the sweep file's)."""
     label = str(path)
     if not Path(path).is_file():
         raise UserError(f"--simulate {label}: no such file")
@@ -129,7 +129,7 @@ class Simulation:
         return replace(plan, cells=cells)
 
     def payload(self, plan: Plan) -> dict[str, Any]:
-        """What every simulated trial is given (`trials.simulated.simulated_trainable`)."""
+        """What every simulated trial is given (`sweeper.sim.trial.simulated_trainable`)."""
         cells = {
             c.cell_id: SimulatedCell(method=c.method, x=c.x, steps=c.steps_per_point,
                                      tokens_per_step=c.tokens_per_point // max(1, c.steps_per_point),
@@ -167,7 +167,7 @@ class GpuProbe:
         in_use = waiting = 0.0
         busy_cells = set()
         for tid, pids in live.items():
-            cid = pids[0].rsplit("/", 1)[0] if pids else None
+            cid = cell_of(pids[0]) if pids else None
             gpu = cells[cid].resources.get("GPU", 0.0) if cid in cells else 0.0
             busy_cells.add(cid)
             if tid in started:
