@@ -30,7 +30,8 @@ from sweeper.core.errors import UserError
 from sweeper.core.ids import cell_of
 from sweeper.search.planner import Plan, fingerprint_of
 from sweeper.search.replay import load_table
-from sweeper.sim.surface import RecordedGrid, Surface, SurfaceTable
+from sweeper.search.recorded import RecordedGroup
+from sweeper.sim.surface import Surface, SurfaceTable
 from sweeper.sim.trial import SimulatedCell
 from sweeper.spec.schema import problems_from, user_error
 from sweeper.spec.yamlio import YamlProblem, load_file
@@ -55,7 +56,7 @@ def load_surface(path: str | Path) -> Surface:
     return surface
 
 
-def read_recorded(table: SurfaceTable, base: Path, where: str) -> dict[float, RecordedGrid]:
+def read_recorded(table: SurfaceTable, base: Path, where: str) -> dict[float, RecordedGroup]:
     """Each size's recorded grid, read from the table's CSV (`sweeper replay`'s reader and checks)."""
     file = Path(table.file) if Path(table.file).is_absolute() else base / table.file
     if not file.is_file():
@@ -65,19 +66,19 @@ def read_recorded(table: SurfaceTable, base: Path, where: str) -> dict[float, Re
         recorded = load_table(file, columns, table.lr_column, table.loss_column, duplicates=table.duplicates)
     except UserError as exc:
         raise UserError(f"{where}: {exc}", details=exc.details) from None
-    by_key = {tuple(_plain(v) for v in group.key): group for group in recorded.groups}
-    grids: dict[float, RecordedGrid] = {}
+    by_key = {tuple(_plain(v) for v in group.values): group for group in recorded.groups}
+    grids: dict[float, RecordedGroup] = {}
     for size, values in table.sizes.items():
         key = tuple(_plain(values[c]) for c in columns)
         group = by_key.get(key)
         if group is None:
-            example = ", ".join(f"{c}={v}" for c, v in zip(columns, recorded.groups[0].key))
+            example = ", ".join(f"{c}={v}" for c, v in zip(columns, recorded.groups[0].values))
             raise UserError(f"{where}.sizes.{size:g}: no group with "
                             f"{', '.join(f'{c}={values[c]}' for c in columns)} in {file} "
                             f"({len(recorded.groups)} groups, e.g. {example})")
         if len(group.lrs) < 2:
             raise UserError(f"{where}.sizes.{size:g}: the group records only one learning rate; a surface needs a grid")
-        grids[size] = RecordedGrid(key=dict(zip(columns, group.key)), lrs=list(group.lrs), losses=list(group.losses))
+        grids[size] = group
     return grids
 
 
