@@ -122,10 +122,12 @@ def _check(args: argparse.Namespace) -> None:
         raise UserError("--breakdown: cpu only (on a GPU, profile with torch.profiler or Nsight Systems)")
     if args.compare and args.stack < 2:
         raise UserError("--compare: give --stack K >= 2 (K separate models against one K-stack)")
+    # start-up time: imported when used, not on every CLI start
     from models.registry import scheme_names
 
     names = scheme_names()
     if args.method not in names:
+        # start-up time: imported when used, not on every CLI start
         from sweeper.spec.catalog import suggest
 
         raise UserError(f"--method {args.method!r}: unknown scheme{suggest(args.method, names)} (available: {', '.join(names)})")
@@ -136,6 +138,7 @@ def _data_config(args: argparse.Namespace) -> Any:
     if args.data_path is None:
         args.vocab = 256 if args.vocab is None else args.vocab
         return None
+    # start-up time: imported when used, not on every CLI start
     from trials.config import DataConfig
     from trials.data import open_source
     from trials.errors import TrialInputError
@@ -165,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="sweeper-bench-inductor-")
         os.environ["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"
         os.environ["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "0"
+    # start-up time: imported when used, not on every CLI start
     from sweeper.bench.trial import BenchSettings, run_bench
     from trials.errors import TrialInputError
 
@@ -184,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
     except TrialInputError as exc:
         raise UserError(exc.message) from None
     if not args.no_cache:
+        # start-up time: imported when used, not on every CLI start
         from sweeper.bench.cache import from_bench, record
 
         try:
@@ -202,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_suite(args: argparse.Namespace) -> int:
     """`--suite gpu`: every check, each judged against its goal; exit 0 when none failed, errored or timed out."""
+    # start-up time: imported when used, not on every CLI start
     from pathlib import Path
 
     from sweeper.bench.suite_run import run_suite as run_checks
@@ -229,6 +235,7 @@ def run_suite(args: argparse.Namespace) -> int:
 
 
 def print_suite(result: dict[str, Any]) -> None:
+    # start-up time: imported when used, not on every CLI start
     from rich.table import Table
 
     from sweeper.records.table import make_console
@@ -255,6 +262,7 @@ def _pct(x: float | None) -> str:
 
 
 def print_result(result: dict[str, Any]) -> None:
+    # start-up time: imported when used, not on every CLI start
     from rich.table import Table
     from rich.text import Text
 
@@ -324,6 +332,7 @@ def print_result(result: dict[str, Any]) -> None:
 
 
 def print_breakdown(console: Any, b: dict[str, Any], step_s: float) -> None:
+    # start-up time: imported when used, not on every CLI start
     from rich.table import Table
 
     table = Table(title=f"where a step's time goes ({b['steps']} profiled steps of the stack, "
@@ -346,6 +355,7 @@ def print_breakdown(console: Any, b: dict[str, Any], step_s: float) -> None:
 
 def data_path_figures(settings: Any, data: Any, result: dict[str, Any]) -> dict[str, Any]:
     """`--data`: the data path's tokens/s (sweeper.bench.data_path) beside the step's, at the benched shape."""
+    # start-up time: imported when used, not on every CLI start
     import torch
 
     from sweeper.bench.trial import BenchSettings
@@ -361,6 +371,7 @@ def data_path_figures(settings: Any, data: Any, result: dict[str, Any]) -> dict[
 
 
 def print_data_path(console: Any, d: dict[str, Any]) -> None:
+    # start-up time: imported when used, not on every CLI start
     from rich.table import Table
 
     table = Table(title=f"data path: {d['source']}, {d['tokens_per_batch']:,} tokens per batch, {d['batches']} batches",

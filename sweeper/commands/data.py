@@ -162,6 +162,7 @@ def _duration(seconds: float) -> str:
 
 
 def run_prepare(args: argparse.Namespace) -> int:
+    # start-up time: imported when used, not on every CLI start
     from trials.data.prepare import PrepareSettings, prepare
     from trials.errors import TrialInputError
 
@@ -204,6 +205,7 @@ def _print_manifest(folder: Path, m: dict[str, Any], note: str = "") -> None:
 
 
 def run_info(args: argparse.Namespace) -> int:
+    # start-up time: imported when used, not on every CLI start
     import hashlib
 
     from trials.data.prepared import prepared_manifest, read_manifest

@@ -96,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
 
     simulation = None
     if args.simulate:
+        # start-up time: imported when used, not on every CLI start
         from sweeper.sim.simulation import Simulation, load_surface
 
         surface = load_surface(args.simulate)
@@ -320,6 +321,7 @@ def _stack_auto(s: dict[str, Any]) -> str:
 
 
 def _host_memory() -> int | None:
+    # start-up time: imported when used, not on every CLI start
     import os
 
     try:

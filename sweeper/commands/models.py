@@ -107,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return 0
 
+    # start-up time: imported when used, not on every CLI start
     from rich import box
     from rich.table import Table
 

@@ -111,6 +111,7 @@ def parse_shifts(text: str) -> list[int]:
 
 
 def _print(doc: dict[str, Any]) -> None:
+    # start-up time: imported when used, not on every CLI start
     from rich.table import Table
 
     from sweeper.records.table import make_console
