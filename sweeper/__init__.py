@@ -4,7 +4,8 @@ below): the command line (`cli`, `commands`) on top; results from Python (`api`,
 wing (`sim`); experiment trackers (`tracking`); what is computed from stored results (`analysis`);
 what a sweep keeps (`records`); which points to train (`search`); the sweep file (`spec`); and the
 leaves every layer reads (`core`: ids, states, rows, errors; `stats`). Only `run` (and the commands
-and benchmarks that use it) imports Ray; nothing here imports torch at module level.
+and benchmarks that use it) imports Ray; outside the benchmark harnesses, nothing here imports torch at
+module level.
 """
 
 __version__ = "0.1.0"
