@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -21,6 +20,7 @@ import polars as pl
 
 from dashboards import style
 from models.family import families as model_families
+from sweeper.core.ids import depth_of_label
 from sweeper.records.store import (
     CELLS_SCHEMA,
     CURVES_SCHEMA,
@@ -31,9 +31,6 @@ from sweeper.records.store import (
     load_points,
     read_manifest,
 )
-
-_DEPTH_LABEL = re.compile(r"^L\d+$")
-
 
 @dataclass(frozen=True)
 class Filters:
@@ -136,7 +133,7 @@ class SweepData:
 
     @property
     def is_depth_sweep(self) -> bool:
-        return bool(self.sizes) and all(_DEPTH_LABEL.match(s) for s in self.sizes)
+        return bool(self.sizes) and all(depth_of_label(s) is not None for s in self.sizes)
 
     @cached_property
     def is_classification(self) -> bool:

@@ -20,7 +20,7 @@ from typing import Any
 
 from dashboards import figures
 from dashboards.data import SweepData
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 
 FORMATS = ("html", "png", "svg", "pdf")
 STATIC_FORMATS = ("png", "svg", "pdf")

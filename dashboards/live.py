@@ -33,7 +33,7 @@ import polars as pl
 from dashboards import figures
 from dashboards.data import Filters, SweepData, sweep_name
 from dashboards.figures.common import present_methods, present_sizes, size_legend
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 from sweeper.records.store import (
     CELLS_SCHEMA,
     POINTS_SCHEMA,

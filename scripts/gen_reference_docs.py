@@ -390,7 +390,7 @@ def _command_section(parser: argparse.ArgumentParser, level: int) -> list[str]:
 
 
 def render_cli() -> str:
-    from sweeper.cli import build_parser
+    from sweeper.commands.parser import build_parser
 
     parser = build_parser()
     commands = _subparsers(parser)

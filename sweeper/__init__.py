@@ -1,8 +1,11 @@
-"""The controller: the sweep file (`spec`), which points to train (`search`), running a sweep on
-Ray Tune (`run`), what a sweep keeps (`records`), what is computed from it (`analysis`), the
-experiment trackers it logs to (`tracking`), results from Python (`api`, through `sweeper.open`),
-and the `sweeper` command line (`cli`, `commands`). Only `run` (and the commands that use it)
-imports Ray; nothing here imports torch at module level.
+"""The controller, in layers (README's "Architecture"; a module imports only from its layer or those
+below): the command line (`cli`, `commands`) on top; results from Python (`api`, through
+`sweeper.open`) and the benchmark wing (`bench`); running a sweep on Ray Tune (`run`); the simulation
+wing (`sim`); experiment trackers (`tracking`); what is computed from stored results (`analysis`);
+what a sweep keeps (`records`); which points to train (`search`); the sweep file (`spec`); and the
+leaves every layer reads (`core`: ids, states, rows, errors; `stats`). Only `run` (and the commands
+and benchmarks that use it) imports Ray; outside the benchmark harnesses, nothing here imports torch at
+module level.
 """
 
 __version__ = "0.1.0"

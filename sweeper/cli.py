@@ -1,65 +1,23 @@
-"""The `sweeper` command line: one subcommand per module in `sweeper.commands`.
+"""The `sweeper` command line's entry point (`sweeper = sweeper.cli:main`, and `python -m sweeper.cli`):
+parse the subcommand (`sweeper.commands.parser`), run it, and turn what the user can fix into one
+line and an exit code.
 
 Each command module defines `register(subparsers)` (adds its parser and sets
 `func=run`) and `run(args) -> int`. Commands import heavy libraries (torch, Ray)
 inside `run`, never at module import, so that `sweeper validate` and every error
 about bad input answer in well under a second.
+
+The top of the layers: nothing else in the project imports this module.
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import os
 import sys
 
-from sweeper import __version__
-from sweeper.cliargs import finish, subparser_of
-from sweeper.errors import UserError
-
-COMMANDS = [
-    "validate",
-    "schema",
-    "models",
-    "trial",
-    "launch",
-    "status",
-    "optima",
-    "export",
-    "replay",
-    "fit",
-    "track",
-    "dashboard",
-    "plots",
-    "bench",
-    "gamma",
-    "data",
-    "completion",
-]
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with exit code 2 and a one-line message for bad arguments (its default too)."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        sys.stderr.write(f"error: {message}\n")
-        raise SystemExit(2)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="sweeper", description="LR sweeps, fits and dashboards for depth-scaling studies.")
-    parser.add_argument("--version", action="version", version=f"layerrope-sweeper {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"sweeper.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"sweeper.commands.{name}":
-                continue  # command not built yet
-            raise
-        module.register(sub)
-    return parser
+from sweeper.commands.cliargs import finish, subparser_of
+from sweeper.commands.parser import build_parser
+from sweeper.core.errors import UserError
 
 
 def main(argv: list[str] | None = None) -> int:

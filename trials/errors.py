@@ -2,7 +2,7 @@
 an optional extra that is not installed, a dataset that cannot be reached offline).
 
 `trials` sits below `sweeper` and does not import it; command code turns a
-`TrialInputError` into `sweeper.errors.UserError` (one line, exit code 2).
+`TrialInputError` into `sweeper.core.errors.UserError` (one line, exit code 2).
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ import numpy as np
 
 from dashboards import style
 from dashboards.data import SweepData
-from sweeper.records.rows import finite as num  # a finite float or None
-from sweeper.records.states import FINISHED_STATES
+from sweeper.core.rows import finite as num  # a finite float or None
+from sweeper.core.states import FINISHED_STATES
 
 FigureDict = dict[str, Any]
 Trace = dict[str, Any]

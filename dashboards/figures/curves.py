@@ -30,8 +30,8 @@ from dashboards.figures.common import (
     size_legend,
     uid,
 )
-from sweeper.records.ids import point_id
-from sweeper.records.states import FINISHED_STATES, PointState
+from sweeper.core.ids import point_id
+from sweeper.core.states import FINISHED_STATES, PointState
 
 CURVE_VERTEX_BUDGET = 60_000  # vertices per figure: a browser draws this in a few hundred ms
 MAX_CURVES = 1_500  # beyond this, show running points and each cell's best point

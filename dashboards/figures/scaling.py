@@ -22,7 +22,7 @@ from dashboards.figures.common import (
     scale_axis_ticks,
     uid,
 )
-from sweeper.records.states import CellStatus
+from sweeper.core.states import CellStatus
 
 
 FAILED_STATUSES = tuple(s.value for s in CellStatus if s.learned_nothing)

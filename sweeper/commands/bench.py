@@ -12,6 +12,12 @@ and threads, and their ratio; wall time and CPU time, and the load average (the 
 shared). The measured steps include evaluations as a trial runs them (one per round by default;
 `--no-eval` leaves them out). `--compare` trains K separate models and one K-stack in interleaved rounds and prints
 the stack's speed-up. `--json` prints everything as one JSON object.
+
+`--suite gpu` runs every GPU check in one command (`sweeper.bench.suite`). Every other benchmark
+is a mode, `sweeper bench MODE [options]` (see `sweeper bench MODE --help`): `model` (the networks
+alone), `memory` (the memory model on a CPU), `dashboard`, `simcheck DIR` (a simulated sweep against
+its planted truth), `prior` (the LR prior on planted methods), `coverage` (the fits' intervals),
+`corpus` (the built-in corpus).
 """
 
 from __future__ import annotations
@@ -23,14 +29,19 @@ import sys
 import tempfile
 from typing import Any
 
-from sweeper.cliargs import add_format
-from sweeper.errors import UserError
+from sweeper.commands.bench_modes import register_modes
+from sweeper.commands.cliargs import add_format
+from sweeper.core.errors import UserError
 
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "bench",
         help="training throughput of one cell (tokens/s, FLOP/s, fraction of the measured matmul peak)",
+        usage=("sweeper bench [options]                  one cell's training throughput\n"
+               "       sweeper bench --suite gpu [options]      every GPU check, judged against its goal\n"
+               "       sweeper bench MODE [options]             MODE: model, memory, dashboard, simcheck, prior, "
+               "coverage, corpus"),
         description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -74,7 +85,7 @@ def register(subparsers: Any) -> None:
                         "$LAYERROPE_SWEEPER_BENCH_CACHE or ~/.cache/layerrope-sweeper/bench.json; launch --dry-run "
                         "uses it)")
     add_format(p)
-    suite = p.add_argument_group("the GPU suite (every GPU check in one run; see `sweeper.commands.bench_suite`)")
+    suite = p.add_argument_group("the GPU suite (every GPU check in one run; see `sweeper.bench.suite`)")
     suite.add_argument("--suite", choices=["gpu"], default=None,
                        help="run every GPU check (throughput, CUDA graphs, stacking, MFU, memory model, determinism, "
                             "a 600-step depth-48 trial, a sweep), each judged against its goal; other options are ignored")
@@ -84,6 +95,7 @@ def register(subparsers: Any) -> None:
                        help="with --suite: seconds the whole suite may take (default 480, quick 900)")
     suite.add_argument("--address", help="with --suite: the Ray cluster the sweep check joins (default: a local Ray)")
     p.set_defaults(func=run)
+    register_modes(p)
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -110,10 +122,12 @@ def _check(args: argparse.Namespace) -> None:
         raise UserError("--breakdown: cpu only (on a GPU, profile with torch.profiler or Nsight Systems)")
     if args.compare and args.stack < 2:
         raise UserError("--compare: give --stack K >= 2 (K separate models against one K-stack)")
+    # start-up time: imported when used, not on every CLI start
     from models.registry import scheme_names
 
     names = scheme_names()
     if args.method not in names:
+        # start-up time: imported when used, not on every CLI start
         from sweeper.spec.catalog import suggest
 
         raise UserError(f"--method {args.method!r}: unknown scheme{suggest(args.method, names)} (available: {', '.join(names)})")
@@ -124,6 +138,7 @@ def _data_config(args: argparse.Namespace) -> Any:
     if args.data_path is None:
         args.vocab = 256 if args.vocab is None else args.vocab
         return None
+    # start-up time: imported when used, not on every CLI start
     from trials.config import DataConfig
     from trials.data import open_source
     from trials.errors import TrialInputError
@@ -153,7 +168,8 @@ def run(args: argparse.Namespace) -> int:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="sweeper-bench-inductor-")
         os.environ["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"
         os.environ["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "0"
-    from trials.bench import BenchSettings, run_bench
+    # start-up time: imported when used, not on every CLI start
+    from sweeper.bench.trial import BenchSettings, run_bench
     from trials.errors import TrialInputError
 
     settings = BenchSettings(
@@ -172,11 +188,11 @@ def run(args: argparse.Namespace) -> int:
     except TrialInputError as exc:
         raise UserError(exc.message) from None
     if not args.no_cache:
-        from sweeper.records import bench_cache
+        # start-up time: imported when used, not on every CLI start
+        from sweeper.bench.cache import from_bench, record
 
         try:
-            result["cached_in"] = str(bench_cache.record(bench_cache.from_bench(result, "sweeper " + " ".join(
-                sys.argv[1:]))))
+            result["cached_in"] = str(record(from_bench(result, "sweeper " + " ".join(sys.argv[1:]))))
         except OSError as exc:  # a read-only home: the measurement is still printed
             result["cached_in"] = None
             print(f"warning: the measurement was not cached ({exc})", file=sys.stderr)
@@ -191,9 +207,10 @@ def run(args: argparse.Namespace) -> int:
 
 def run_suite(args: argparse.Namespace) -> int:
     """`--suite gpu`: every check, each judged against its goal; exit 0 when none failed, errored or timed out."""
+    # start-up time: imported when used, not on every CLI start
     from pathlib import Path
 
-    from sweeper.commands.bench_suite import run_suite as run_checks
+    from sweeper.bench.suite_run import run_suite as run_checks
 
     device = args.device or "cuda"
     if device == "cpu" and not args.quick:
@@ -218,6 +235,7 @@ def run_suite(args: argparse.Namespace) -> int:
 
 
 def print_suite(result: dict[str, Any]) -> None:
+    # start-up time: imported when used, not on every CLI start
     from rich.table import Table
 
     from sweeper.records.table import make_console
@@ -244,6 +262,7 @@ def _pct(x: float | None) -> str:
 
 
 def print_result(result: dict[str, Any]) -> None:
+    # start-up time: imported when used, not on every CLI start
     from rich.table import Table
     from rich.text import Text
 
@@ -313,6 +332,7 @@ def print_result(result: dict[str, Any]) -> None:
 
 
 def print_breakdown(console: Any, b: dict[str, Any], step_s: float) -> None:
+    # start-up time: imported when used, not on every CLI start
     from rich.table import Table
 
     table = Table(title=f"where a step's time goes ({b['steps']} profiled steps of the stack, "
@@ -334,11 +354,12 @@ def print_breakdown(console: Any, b: dict[str, Any], step_s: float) -> None:
 
 
 def data_path_figures(settings: Any, data: Any, result: dict[str, Any]) -> dict[str, Any]:
-    """`--data`: the data path's tokens/s (trials.bench_data) beside the step's, at the benched shape."""
+    """`--data`: the data path's tokens/s (sweeper.bench.data_path) beside the step's, at the benched shape."""
+    # start-up time: imported when used, not on every CLI start
     import torch
 
-    from trials.bench import BenchSettings
-    from trials.bench_data import measure_data_path
+    from sweeper.bench.trial import BenchSettings
+    from sweeper.bench.data_path import measure_data_path
 
     assert isinstance(settings, BenchSettings)
     figures = measure_data_path(data if data is not None else settings.spec(1).data, settings.batch, settings.seq_len,
@@ -350,6 +371,7 @@ def data_path_figures(settings: Any, data: Any, result: dict[str, Any]) -> dict[
 
 
 def print_data_path(console: Any, d: dict[str, Any]) -> None:
+    # start-up time: imported when used, not on every CLI start
     from rich.table import Table
 
     table = Table(title=f"data path: {d['source']}, {d['tokens_per_batch']:,} tokens per batch, {d['batches']} batches",

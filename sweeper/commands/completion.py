@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from sweeper.commands.parser import build_parser
+
 SHELLS = ("bash", "zsh", "tcsh")
 
 
@@ -24,10 +26,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # Here, not at the top: the CLI imports every command module when it starts.
+    # Here, not at the top (start-up time): the CLI imports every command module when it starts.
     import shtab
-
-    from sweeper.cli import build_parser
 
     print(shtab.complete(build_parser(), shell=args.shell))
     return 0

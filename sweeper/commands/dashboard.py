@@ -8,7 +8,7 @@ import socket
 import sys
 from typing import Any
 
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 
 
 def register(subparsers: Any) -> None:

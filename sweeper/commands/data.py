@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sweeper.cliargs import add_format
-from sweeper.errors import UserError
+from sweeper.commands.cliargs import add_format
+from sweeper.core.errors import UserError
 
 _SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
 _PROGRESS_TTY_S = 0.5
@@ -162,6 +162,7 @@ def _duration(seconds: float) -> str:
 
 
 def run_prepare(args: argparse.Namespace) -> int:
+    # start-up time: imported when used, not on every CLI start
     from trials.data.prepare import PrepareSettings, prepare
     from trials.errors import TrialInputError
 
@@ -204,6 +205,7 @@ def _print_manifest(folder: Path, m: dict[str, Any], note: str = "") -> None:
 
 
 def run_info(args: argparse.Namespace) -> int:
+    # start-up time: imported when used, not on every CLI start
     import hashlib
 
     from trials.data.prepared import prepared_manifest, read_manifest

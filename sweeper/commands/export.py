@@ -15,8 +15,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from sweeper.cliargs import add_format, add_out
-from sweeper.errors import UserError
+from sweeper.commands.cliargs import add_format, add_out
+from sweeper.core.errors import UserError
 
 
 def register(subparsers: Any) -> None:

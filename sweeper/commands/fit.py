@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sweeper.cliargs import add_format
-from sweeper.errors import UserError
+from sweeper.commands.cliargs import add_format
+from sweeper.core.errors import UserError
 
 
 def _size_arg(text: str) -> str:
@@ -198,6 +198,7 @@ def _same_recipe(doc: dict[str, Any]) -> bool:
 
 
 def _exponent_cell(ce: dict[str, Any] | None) -> Any:
+    # start-up time: imported when used, not on every CLI start
     from rich.text import Text
 
     if not ce:
@@ -208,6 +209,7 @@ def _exponent_cell(ce: dict[str, Any] | None) -> Any:
 
 
 def _trust(section: dict[str, Any] | None) -> Any:
+    # start-up time: imported when used, not on every CLI start
     from rich.text import Text
 
     if not section:
@@ -217,6 +219,7 @@ def _trust(section: dict[str, Any] | None) -> Any:
 
 def _points_table(doc: dict[str, Any], x_name: str) -> Any:
     """The fitted points: per (method, size) the mean over seeds, the seeds' spread and the SEs."""
+    # start-up time: imported when used, not on every CLI start
     from rich.table import Table
 
     from sweeper.analysis.fits.units import format_size
@@ -246,6 +249,7 @@ def _points_table(doc: dict[str, Any], x_name: str) -> Any:
 
 def render(doc: dict[str, Any], written: Path | None) -> None:
     """The fits as rich tables: loss fits, predictions, LR laws, ranking, sensitivity, then every warning."""
+    # start-up time: imported when used, not on every CLI start
     from rich.table import Table
     from rich.text import Text
 

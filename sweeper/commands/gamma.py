@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sweeper.cliargs import add_format
-from sweeper.errors import UserError
+from sweeper.commands.cliargs import add_format
+from sweeper.core.errors import UserError
 from sweeper.analysis.gamma.layouts import RULES, SITE_GROUPS
 
 DESCRIPTION = """\
@@ -85,6 +85,7 @@ def _fmt(value: Any) -> str:
 
 
 def _print_table(results: dict[str, Any]) -> None:
+    # start-up time: imported when used, not on every CLI start
     from rich.table import Table
     from rich.text import Text
 
@@ -117,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
         check_path(path)
     out = _check_out(args.out)
 
+    # start-up time: imported when used, not on every CLI start
     from sweeper.analysis.gamma.checkpoints import read_checkpoint
     from sweeper.analysis.gamma.report import analyze
 
@@ -126,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--site {args.site}: none of the models has such a site (see `sweeper gamma --help`)")
 
     if out is not None:
+        # start-up time: imported when used, not on every CLI start
         from dashboards.gamma_figures import write_page
 
         out.mkdir(parents=True, exist_ok=True)

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sweeper.cliargs import add_format, add_out, add_overrides
-from sweeper.errors import UserError
+from sweeper.commands.cliargs import add_format, add_out, add_overrides
+from sweeper.core.errors import UserError
 
 DEFAULT_THROUGHPUT = 2e14  # FLOP/s per GPU for --dry-run estimates: ~25% of an H100/H200's dense bf16 peak
 DEFAULT_CPU_THROUGHPUT = 2e10  # FLOP/s per CPU core (sweeper.search.cost)
@@ -96,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
 
     simulation = None
     if args.simulate:
-        from sweeper.run.simulation import Simulation, load_surface
+        # start-up time: imported when used, not on every CLI start
+        from sweeper.sim.simulation import Simulation, load_surface
 
         surface = load_surface(args.simulate)
         if args.virtual_gpus is not None:
@@ -206,7 +207,7 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any, memory
             cpu_throughput: float = DEFAULT_CPU_THROUGHPUT, pool: float | None = None) -> int:
     from rich.table import Table  # (see `run`)
 
-    from sweeper.records import bench_cache
+    from sweeper.search import bench_cache
     from sweeper.search.cost import cost_plan
     from sweeper.search.memory import describe
 
@@ -320,6 +321,7 @@ def _stack_auto(s: dict[str, Any]) -> str:
 
 
 def _host_memory() -> int | None:
+    # start-up time: imported when used, not on every CLI start
     import os
 
     try:

@@ -14,8 +14,8 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from sweeper.cliargs import add_format
-from sweeper.errors import UserError
+from sweeper.commands.cliargs import add_format
+from sweeper.core.errors import UserError
 
 
 def _positive_int(text: str) -> int:
@@ -91,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return 0
 
+    # start-up time: imported when used, not on every CLI start
     from rich import box
     from rich.table import Table
 

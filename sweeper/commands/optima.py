@@ -10,7 +10,7 @@ import math
 import sys
 from typing import Any
 
-from sweeper.cliargs import add_format
+from sweeper.commands.cliargs import add_format
 
 COLUMNS = ("method", "size", "seed", "status", "best_lr", "best_loss", "best_loss_se", "within_noise", "neighbour_lr",
            "neighbour_gap", "neighbour_gap_se", "interp_lr", "interp_objective", "n_points", "n_diverged", "n_stalled",

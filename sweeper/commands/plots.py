@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sweeper.cliargs import FORMATS, add_format, add_out
-from sweeper.errors import UserError
+from sweeper.commands.cliargs import FORMATS, add_format, add_out
+from sweeper.core.errors import UserError
 
 
 def register(subparsers: Any) -> None:

@@ -13,7 +13,8 @@ import json
 import re
 from typing import Any
 
-from sweeper.cliargs import add_format
+from sweeper.commands.cliargs import add_format
+from sweeper.core.errors import UserError
 
 # `--shifts -3..3`: argparse reads an argument that starts with '-' as an option unless it looks
 # like a negative number; teach this command's parser that a negative range is a value.
@@ -58,8 +59,6 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sweeper.errors import UserError
-
     try:
         shifts = parse_shifts(args.shifts)
     except ValueError as exc:
@@ -71,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
     columns = [c.strip() for c in args.group.split(",") if c.strip()]
     if not columns:
         raise UserError("--group: name at least one column, e.g. --group N,D,bs")
-    from sweeper.search.replay import load_table, replay  # polars: only once the arguments are good
+    from sweeper.search.policies import sweep_policies  # pydantic: only once the arguments are good
+    from sweeper.search.replay import load_table, replay  # polars, likewise
 
     policies = sweep_policies(args.yaml, args.policy)
     table = load_table(args.table, columns, args.lr_column, args.loss_column, tolerance=args.tolerance,
@@ -110,49 +110,8 @@ def parse_shifts(text: str) -> list[int]:
     return sorted(set(values))
 
 
-def sweep_policies(path: str, overrides: list[str]) -> list[tuple[str, list[str], Any]]:
-    """(label, methods, LRSection) per distinct LR policy of the sweep, overrides applied; the
-    top-level `lr` section first."""
-    from sweeper.errors import UserError
-    from sweeper.spec.schema import LRSection, deep_merge, load_sweep, problems_from
-    from sweeper.search.replay import describe_policy
-    from sweeper.spec.yamlio import YamlProblem, load_text
-
-    cfg = load_sweep(path, need_data=False).config  # replay reads recorded losses, never the data
-    patch: dict[str, Any] = {}
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UserError(f"--policy {item}: write KEY=VALUE, e.g. --policy points=3")
-        try:
-            patch[key.strip()] = load_text(value.strip() or "null").data
-        except YamlProblem as exc:
-            raise UserError(f"--policy {item}: {exc.message}") from None
-
-    def section(raw: dict[str, Any]) -> LRSection:
-        from pydantic import ValidationError
-
-        try:
-            return LRSection.model_validate(deep_merge(raw, patch))
-        except ValidationError as exc:
-            lines = [f"--policy: {p.dotted()}: {p.message}" for p in problems_from(exc, LRSection)]
-            raise UserError(lines[0], details=lines[1:]) from None
-
-    top = section(cfg.lr.model_dump())
-    found: list[tuple[str, list[str], LRSection]] = []
-    for method in cfg.methods:
-        mine = section(cfg.lr_for(method).model_dump()) if method.lr else top
-        for _, names, existing in found:
-            if existing == mine:
-                names.append(method.name)
-                break
-        else:
-            found.append(("", [method.name], mine))
-    found.sort(key=lambda entry: entry[2] != top)  # the top-level policy first
-    return [(describe_policy(sec.to_policy()), names, sec) for _, names, sec in found]
-
-
 def _print(doc: dict[str, Any]) -> None:
+    # start-up time: imported when used, not on every CLI start
     from rich.table import Table
 
     from sweeper.records.table import make_console

@@ -6,8 +6,8 @@ import argparse
 import json
 from typing import Any
 
-from sweeper.cliargs import add_out
-from sweeper.errors import UserError
+from sweeper.commands.cliargs import add_out
+from sweeper.core.errors import UserError
 
 
 def register(subparsers: Any) -> None:

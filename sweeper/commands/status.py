@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sweeper.cliargs import add_format
-from sweeper.errors import UserError
+from sweeper.commands.cliargs import add_format
+from sweeper.core.errors import UserError
 
 
 def register(subparsers: Any) -> None:
@@ -91,6 +91,7 @@ def _render(sweep_dir: str, manifest: dict[str, Any]) -> Any:
     tail = ""
     if last.get("wall_seconds") is not None:
         tail = f" · last launch: wall {last['wall_seconds']:.0f} s, training {last.get('train_seconds', 0):.0f} s summed"
+    # start-up time: imported when used, not on every CLI start
     from sweeper.records.store import simulated_label
 
     head = Text(f"{manifest.get('name')} ({sweep_dir}): {counts_line(status_counts(rows))} · {when}{tail}", style="bold")

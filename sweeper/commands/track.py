@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 
 TRACKERS = ("wandb", "mlflow", "tensorboard")
 

@@ -22,12 +22,11 @@ import difflib
 import json
 import math
 import signal
-import sys
 import time
 from typing import Any
 
-from sweeper.cliargs import add_format, add_overrides
-from sweeper.errors import UserError
+from sweeper.commands.cliargs import add_format, add_overrides
+from sweeper.core.errors import UserError
 
 DEFAULT_STEPS = 200
 DEFAULT_SEQ_LEN = 128
@@ -75,6 +74,7 @@ def register(subparsers: Any) -> None:
 
 def _parse_pairs(items: list[str], section: str, *, bare_key: str | None = None) -> dict[str, Any]:
     """`a=1`, `b.c=x` -> {"a": 1, "b": {"c": "x"}}; values read as YAML scalars."""
+    # start-up time: imported when used, not on every CLI start
     import yaml
 
     out: dict[str, Any] = {}
@@ -118,6 +118,7 @@ def build_configs(args: argparse.Namespace) -> tuple[dict[str, Any], Any, Any, A
     """(model fields, TrainConfig, DataConfig, DivergenceConfig) from the arguments, without torch.
 
     `model fields["vocab"]` is 0 unless given: the data's vocabulary fills it in."""
+    # start-up time: imported when used, not on every CLI start
     from pydantic import ValidationError
 
     from models.config import ModelConfig
@@ -196,6 +197,7 @@ def _fmt_loss(x: float | None) -> str:
 def run(args: argparse.Namespace) -> int:
     model_fields, train_cfg, data_cfg, div_cfg = build_configs(args)
 
+    # start-up time: imported when used, not on every CLI start
     from models.config import ModelConfig
     from trials.data import open_source
     from trials.errors import TrialInputError
@@ -209,6 +211,7 @@ def run(args: argparse.Namespace) -> int:
         model_fields["vocab"] = source.vocab
     try:
         model_cfg = ModelConfig(**model_fields)
+        # start-up time: imported when used, not on every CLI start
         from models.llama import validate_llama_config
 
         validate_llama_config(model_cfg)
@@ -219,6 +222,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace, spec: Any, source: Any) -> int:
+    # start-up time: imported when used, not on every CLI start
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
     from rich.table import Table
     from rich.text import Text
@@ -314,8 +318,3 @@ def _train(args: argparse.Namespace, spec: Any, source: Any) -> int:
     ))
     return 130 if trial.stopped else 0
 
-
-if __name__ == "__main__":  # pragma: no cover
-    from sweeper.cli import main
-
-    sys.exit(main(["trial", *sys.argv[1:]]))

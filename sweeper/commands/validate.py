@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sweeper.cliargs import add_format, add_overrides
-from sweeper.records.ids import size_labels
+from sweeper.commands.cliargs import add_format, add_overrides
+from sweeper.core.ids import size_labels
 from sweeper.search.bracketing import initial_grid
 
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from sweeper.records.rows import CellFacts, CellRow, PointRow
-from sweeper.search.bracketing import CellDecision, LRPolicy, decide
+from sweeper.core.rows import CellFacts, CellRow, PointRow
+from sweeper.core.grid import CellDecision, LRPolicy
+from sweeper.search.bracketing import decide
 
 # A policy for a cell whose YAML is gone: no bound or cap stops the search, so a cell is done
 # only when bracketed, or when every point failed.

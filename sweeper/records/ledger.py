@@ -40,8 +40,8 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState, create_trial
 
 from sweeper.records.crash_points import durable_write
-from sweeper.records.rows import CellFacts, PointRow
-from sweeper.records.states import ACTIVE_STATES, PointState
+from sweeper.core.rows import CellFacts, PointRow
+from sweeper.core.states import ACTIVE_STATES, PointState
 from sweeper.records.storage_errors import lock_timeout
 
 LEDGER_FILE = "ledger.db"

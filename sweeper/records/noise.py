@@ -23,8 +23,8 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sweeper.records.rows import PointRow
-from sweeper.records.states import PointState
+from sweeper.core.rows import PointRow
+from sweeper.core.states import PointState
 
 NOISE_SES = 2.0  # a difference below this many SEs is within noise
 

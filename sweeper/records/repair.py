@@ -17,14 +17,14 @@ from pathlib import Path
 
 import polars as pl
 
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 from sweeper.records.fold import current_points, summarize
-from sweeper.records.ids import cell_id, size_labels
+from sweeper.core.ids import cell_id, size_labels
 from sweeper.records.ledger import Ledger
-from sweeper.records.rows import CellFacts
+from sweeper.core.rows import CellFacts
 from sweeper.records.storage_errors import as_user_error
 from sweeper.records.store import StoreWriter, read_curve_chunk
-from sweeper.search.bracketing import LRPolicy
+from sweeper.core.grid import LRPolicy
 from sweeper.spec.schema import load_sweep
 
 

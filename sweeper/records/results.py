@@ -17,10 +17,10 @@ from typing import Any
 import polars as pl
 
 from sweeper.records.fold import current_points
-from sweeper.records.ids import CellId
+from sweeper.core.ids import CellId
 from sweeper.records.noise import NOISE_SES, closest_neighbour
-from sweeper.records.rows import PointRow, cell_order
-from sweeper.records.states import PointState
+from sweeper.core.rows import PointRow, cell_order
+from sweeper.core.states import PointState
 from sweeper.records.store import load_cells, load_points, read_manifest
 from sweeper.search.bracketing import interpolate_optimum
 

@@ -18,7 +18,7 @@ import re
 import sqlite3
 from collections.abc import Iterator
 
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 
 DISK_ERRNOS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
                errno.EFBIG: "file size limit exceeded", errno.EROFS: "read-only file system",

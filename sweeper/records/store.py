@@ -7,7 +7,7 @@ Layout of a sweep directory (everything the tool keeps about one sweep)::
       manifest.json        store version, sweep name, compatibility key, corpus fingerprint
       sweep.yaml           the YAML as launched (the first launch; extensions are appended as sweep.N.yaml)
       ledger.db            the Optuna ledger of record (one study per cell, one ledger entry per point)
-      store/points/        point events: one row per state change of a point (sweeper.records.rows.PointRow)
+      store/points/        point events: one row per state change of a point (sweeper.core.rows.PointRow)
       store/curves/        learning-curve rows (train loss every report, eval loss when evaluated)
       store/cells.parquet  the latest snapshot of every cell's bracketing status
       fits.json            written by `sweeper fit`, read by the dashboards
@@ -48,9 +48,9 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 from sweeper.records.durable import write_parquet_atomic
-from sweeper.records.rows import CELL_COLUMNS, CURVE_COLUMNS, POINT_COLUMNS, CellRow, Column, PointRow
+from sweeper.core.rows import CELL_COLUMNS, CURVE_COLUMNS, POINT_COLUMNS, CellRow, Column, PointRow
 
 STORE_VERSION = 3  # 2: point and cell rows carry `loops`, and `depth` is always the number of blocks;
 #                   3: the `stalled` state, `loss_se`, `unigram_loss`, `loss_batches`, `n_stalled`, `eval_loss_se`
@@ -65,7 +65,7 @@ def _schema(columns: tuple[Column, ...]) -> dict[str, pl.DataType]:
     return {c.name: _DTYPES[c.type] for c in columns}
 
 
-# The tables' columns are those of the records (`sweeper.records.rows`); points add `seq`, the
+# The tables' columns are those of the records (`sweeper.core.rows`); points add `seq`, the
 # write order (the last row of a point_id is its current state).
 POINTS_SCHEMA: dict[str, pl.DataType] = {"seq": pl.Int64, **_schema(POINT_COLUMNS)}
 CURVES_SCHEMA: dict[str, pl.DataType] = _schema(CURVE_COLUMNS)

@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from sweeper.records.rows import cell_order
-from sweeper.records.states import CellStatus
+from sweeper.core.rows import cell_order
+from sweeper.core.states import CellStatus
 
 STATUS_STYLE = {
     "pending": "dim",

@@ -31,10 +31,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
-from sweeper.records.ids import cell_of
-from sweeper.records.rows import CellRow, CurvePoint, PointRow, cell_status, encode_batches, finite
-from sweeper.records.states import CellStatus, PointState
-from sweeper.search.bracketing import CellDecision, GridPoint, decide
+from sweeper.core.ids import cell_of
+from sweeper.core.rows import CellRow, CurvePoint, PointRow, cell_status, encode_batches, finite
+from sweeper.core.states import CellStatus, PointState
+from sweeper.core.grid import CellDecision, GridPoint
+from sweeper.search.bracketing import decide
 from sweeper.search.planner import Cell
 from sweeper.search.prior import first_grid
 from trials.spec import MemberReport, PointResult, StepReport

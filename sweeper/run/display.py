@@ -10,7 +10,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
-from sweeper.records.states import PointState
+from sweeper.core.states import PointState
 from sweeper.records.table import cells_table, counts_line, make_console, status_counts
 from sweeper.run.sweep_run import SweepRun
 

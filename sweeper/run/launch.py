@@ -15,7 +15,7 @@ Order of work (nothing is written until every check has passed), one step a line
 6. a summary: wall time, summed training time, utilisation of the trial slots.
 
 With a `Simulation` (`--simulate`), the same script runs on a virtual pool with simulated trials
-(`sweeper.run.simulation`): no corpus is opened, the directory is marked simulated, and the
+(`sweeper.sim.simulation`): no corpus is opened, the directory is marked simulated, and the
 summary adds the pool's GPU-slot utilisation and the simulated GPU-hours and wall time.
 """
 
@@ -27,18 +27,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 from sweeper.records import crash_points
 from sweeper.records.durable import write_json_atomic
 from sweeper.records.ledger import OptunaLedger
-from sweeper.records.rows import CellRow
+from sweeper.core.rows import CellRow
 from sweeper.records.storage_errors import StorageFault, as_user_error, is_storage_error
 from sweeper.records.store import MANIFEST, load_cells, load_points
 from sweeper.records.table import status_counts
 from sweeper.run import sweep_dir
 from sweeper.run.display import LiveDisplay
 from sweeper.run.machine import host_memory, memory_inputs
-from sweeper.run.simulation import GpuProbe, Simulation
+from sweeper.sim.simulation import GpuProbe, Simulation
 from sweeper.run.sweep_run import SweepRun
 from sweeper.run.tune_session import ENV_DEFAULTS, TuneSession
 from sweeper.search.memory import DeviceMemory
@@ -161,7 +161,7 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
     tracking = open_tracking(plan, messages.append)
     try:
         if simulation is not None:
-            from trials.simulated import simulated_trainable  # only a simulation runs it
+            from sweeper.sim.trial import simulated_trainable  # only a simulation runs it
 
             session.use_trainable(simulated_trainable, simulation=simulation.payload(plan))
             device, measured, host = DeviceMemory(int(pool.gpu_memory_gb * 2**30), "the simulated pool"), {}, host_memory()

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from sweeper.records.ledger import Ledger
-from sweeper.records.rows import CellRow, PointRow
+from sweeper.core.rows import CellRow, PointRow
 from sweeper.records.store import Store
 from sweeper.run.book import Change, LedgerOp
 from sweeper.search.planner import Cell

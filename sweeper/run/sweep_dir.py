@@ -21,11 +21,11 @@ from typing import Any, TextIO
 import polars as pl
 import yaml
 
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 from sweeper.records.durable import write_json_atomic, write_text_atomic
 from sweeper.records.ledger import Ledger, LedgerEntry, storage_url
 from sweeper.records.repair import rebuild_store
-from sweeper.records.states import FINISHED_STATES
+from sweeper.core.states import FINISHED_STATES
 from sweeper.records.store import MANIFEST, STORE_VERSION, StoreWriter, is_sweep_dir, load_cells, load_curves, read_manifest
 from sweeper.search.planner import Plan, compat_diff, fingerprint_of
 from trials.data import check_vocab, open_source

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sweeper.records.ids import cell_of
+from sweeper.core.ids import cell_of
 from sweeper.records.ledger import Ledger, LedgerEntry
-from sweeper.records.rows import CellRow
-from sweeper.records.states import CellStatus
+from sweeper.core.rows import CellRow
+from sweeper.core.states import CellStatus
 from sweeper.records.storage_errors import describe, is_transient_text
 from sweeper.records.store import Store
 from sweeper.run.book import CellBook, Change, LedgerOp

@@ -41,14 +41,14 @@ from ray.tune import Callback, ExperimentAnalysis, PlacementGroupFactory, Tuner
 from ray.tune.search import Searcher
 from ray.tune.stopper import Stopper
 
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 from sweeper.records.crash_points import durable_write
 from sweeper.records.storage_errors import is_storage_error
 from sweeper.run.sweep_run import SWEEP_DONE, SweepRun, point_ids_of
 from sweeper.search.planner import Plan
 from trials.ray_entry import trainable as trial_trainable
 from trials.spec import StepReport
-from trials.surface import Pool as VirtualPool
+from sweeper.sim.surface import Pool as VirtualPool
 
 ENV_DEFAULTS = {
     "RAY_USAGE_STATS_ENABLED": "0",

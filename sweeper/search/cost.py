@@ -2,7 +2,7 @@
 
 Per cell, the initial grid's points train in stacks (the YAML's `stack`, `auto` as the planner
 sizes it) on the trial's resources. A trial's rate is the measured rate of its shape, device
-and mode (`sweeper.records.bench_cache`, recorded by `sweeper bench`) when one exists, else an
+and mode (`sweeper.search.bench_cache`, recorded by `sweeper bench`) when one exists, else an
 assumption (`--throughput` FLOP/s per GPU, `--cpu-throughput` per CPU core), named as such
 with the bench command that would measure it.
 
@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sweeper.records.bench_cache import Measurement, Mode, Shape, bench_command, lookup
+from sweeper.search.bench_cache import Measurement, Mode, Shape, bench_command, lookup
 from sweeper.search.bracketing import initial_grid
 from sweeper.search.memory import DeviceMemory, auto_stack
 from sweeper.search.planner import Cell, Plan

@@ -23,7 +23,7 @@ from typing import Any
 
 from models.counting import count_params
 from models.family import get_family
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 from trials.footprint import Footprint, TrialShape, footprint, measured_stack_bytes, shape_key
 
 GiB = 2**30

@@ -23,10 +23,10 @@ from typing import Any
 from models.config import ModelConfig
 from models.counting import count_params, flops_per_token
 from models.family import get_family
-from sweeper.errors import UserError
-from sweeper.records.ids import cell_id, point_id, size_labels
-from sweeper.records.rows import CellFacts
-from sweeper.search.bracketing import LRPolicy
+from sweeper.core.errors import UserError
+from sweeper.core.grid import LRPolicy
+from sweeper.core.ids import cell_id, point_id, size_labels
+from sweeper.core.rows import CellFacts
 from sweeper.spec.schema import BYTE_VOCAB, MethodSpec, SweepConfig, deep_merge, resolve_path
 from trials.config import DataConfig, DivergenceConfig, TrainConfig
 from trials.data.tokenizer import load_tokenizer
@@ -39,11 +39,11 @@ NON_RESULT_TRAIN_KEYS = ("device", "compile", "threads", "report_every", "checkp
 
 @dataclass(frozen=True)
 class Cell:
-    cell_id: str  # f"{method}/{size}/s{seed}" (sweeper.records.ids.CellId)
+    cell_id: str  # f"{method}/{size}/s{seed}" (sweeper.core.ids.CellId)
     method: str
     scheme: str
     family: str
-    size: str  # "L48" for a depth, "T8" for a loop count, or the named size (sweeper.records.ids.size_labels)
+    size: str  # "L48" for a depth, "T8" for a loop count, or the named size (sweeper.core.ids.size_labels)
     depth: int  # blocks of the network
     loops: int | None  # a loop-count sweep (model.loops): the cell's mean training and evaluation loop count
     width: int

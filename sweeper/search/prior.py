@@ -5,7 +5,7 @@ optimum (`sweeper.search.bracketing.predicted_grid`).
 Pure: given the cell and the decisions of its smaller cells (the same method and seed:
 `sweeper.run.book`, so that a seed's grids never depend on how far the other seeds got), `first_grid` says which
 learning rates to start from, or that the cell must wait for smaller sizes (and why). The LR
-law is `sweeper.analysis.fits.lrlaw.predict_optimal_lr` (numbers only, no store).
+law is `sweeper.stats.lrlaw.predict_optimal_lr` (numbers only, no store).
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sweeper.analysis.fits.lrlaw import predict_optimal_lr
-from sweeper.search.bracketing import CellDecision, LRPolicy, initial_grid, predicted_grid
+from sweeper.stats.lrlaw import predict_optimal_lr
+from sweeper.core.grid import CellDecision, LRPolicy
+from sweeper.search.bracketing import initial_grid, predicted_grid
 
 WAITING = "waiting for smaller sizes (prior: extrapolate)"
 

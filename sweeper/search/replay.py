@@ -29,61 +29,18 @@ from typing import Any
 
 import polars as pl
 
-from sweeper.search.bracketing import CellDecision, GridPoint, LRPolicy, canonical, decide, initial_grid
-from sweeper.errors import UserError
+from sweeper.core.grid import CellDecision, GridPoint, LRPolicy
+from sweeper.core.ids import canonical
+from sweeper.core.errors import UserError
+from sweeper.search.bracketing import decide, initial_grid
+from sweeper.search.recorded import DEFAULT_TOLERANCE, RecordedGroup, RecordedTable
 
-DEFAULT_TOLERANCE = 0.01  # relative: recorded LRs are rounded to 4 significant digits; grid steps are ≥ 10%
 NEAR_OPTIMAL_BAND = 0.25  # percent (StepLaw, DeepSeek LLM)
 MAX_STEP_ERROR = 0.05  # a recorded LR may sit this fraction of a grid step off the lattice
 # Several runs of one group at one LR: `min` treats the group as one cell whose configurations the
 # search may pick from (the best run per LR), `mean` as seed repeats, `error` refuses the table.
 DUPLICATE_RULES = ("min", "mean", "error")
 DEFAULT_DUPLICATES = "min"
-
-
-@dataclass(frozen=True)
-class RecordedGroup:
-    """One group's recorded learning rates (ascending) and final losses."""
-
-    key: tuple[Any, ...]
-    lrs: tuple[float, ...]
-    losses: tuple[float, ...]
-
-    @property
-    def best_index(self) -> int:
-        return min(range(len(self.lrs)), key=lambda i: (self.losses[i], self.lrs[i]))
-
-    @property
-    def best_lr(self) -> float:
-        return self.lrs[self.best_index]
-
-    @property
-    def best_loss(self) -> float:
-        return self.losses[self.best_index]
-
-    @property
-    def optimum_on_edge(self) -> bool:
-        """The recorded optimum is the lowest or highest recorded LR (or the group has fewer than 3)."""
-        return self.best_index in (0, len(self.lrs) - 1)
-
-    def loss_at(self, lr: float, tolerance: float = DEFAULT_TOLERANCE) -> float | None:
-        """The recorded loss at `lr` (within a relative tolerance), or None when none was recorded."""
-        best: tuple[float, float] | None = None
-        for recorded, loss in zip(self.lrs, self.losses):
-            gap = abs(math.log(lr / recorded))
-            if gap <= math.log1p(tolerance) and (best is None or gap < best[0]):
-                best = (gap, loss)
-        return None if best is None else best[1]
-
-
-@dataclass(frozen=True)
-class RecordedTable:
-    source: str
-    group_columns: tuple[str, ...]
-    groups: tuple[RecordedGroup, ...]
-    ratio: float  # the table's grid ratio (√2 for StepLaw)
-    rows: int
-    merged: int = 0  # runs folded into another run of their group at the same LR (`duplicates`)
 
 
 @dataclass(frozen=True)
@@ -227,7 +184,8 @@ def table_from_frame(
                 runs.append([row])
         losses = [min(r[1] for r in same) if duplicates == "min" else statistics.fmean(r[1] for r in same)
                   for same in runs]
-        groups.append(RecordedGroup(key, tuple(same[0][0] for same in runs), tuple(losses)))
+        groups.append(RecordedGroup(key=dict(zip(group_columns, key)), lrs=tuple(same[0][0] for same in runs),
+                                    losses=tuple(losses)))
     ratio = grid_ratio(groups, source=source)
     return RecordedTable(source, tuple(group_columns), tuple(groups), ratio, frame.height, merged)
 
@@ -332,7 +290,7 @@ def replay_group(
     if best is not None and best.objective is not None:
         regret = 100.0 * (best.objective - group.best_loss) / abs(group.best_loss)
     return ReplayOutcome(
-        key=group.key, shift=shift, points=len(points), unrecorded=sum(p.state == "failed" for p in points),
+        key=group.values, shift=shift, points=len(points), unrecorded=sum(p.state == "failed" for p in points),
         status=decision.status, best_lr=best.lr if best else None, best_loss=best.objective if best else None,
         regret=regret,
     )
@@ -380,22 +338,3 @@ def summarise(outcomes: Sequence[ReplayOutcome], *, groups: int, skipped_edge: i
         exhaustive_points_mean=exhaustive_points_mean,
         by_shift=tuple(by_shift), outcomes=tuple(outcomes),
     )
-
-
-def describe_policy(policy: LRPolicy) -> str:
-    """A short label: 'factor 2, 3 points, refine toward vertex, vertex first, half step past failures, cap 10'."""
-    grid = f"grid of {len(policy.grid)}" if policy.grid is not None else f"{policy.points} points"
-    refine = {True: "refine", False: "no refine", "vertex": "refine toward vertex"}[policy.refine]
-    parts = [f"factor {policy.factor:g}", grid, refine]
-    if policy.refine_min_gain:
-        parts.append(f"min gain {policy.refine_min_gain:g}")
-    if policy.vertex_first:
-        parts.append("vertex first")
-    if (policy.refine == "vertex" or policy.vertex_first) and policy.vertex_offset != 0.5:
-        parts.append(f"vertex offset {policy.vertex_offset:g}")
-    if policy.failed_neighbour != "skip":
-        parts.append("half step past failures")
-    if policy.extend_by != 1:
-        parts.append(f"extend by {policy.extend_by}")
-    parts.append(f"cap {policy.max_points}")
-    return ", ".join(parts)

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 from sweeper.spec.yamlio import YamlProblem, load_text
 
 Path_ = tuple[str | int, ...]
@@ -49,6 +49,15 @@ def parse_path(key: str) -> Path_:
     if isinstance(parts[0], int):
         raise ValueError("the key must start with a name")
     return tuple(parts)
+
+
+def dotted(path: Path_) -> str:
+    """The one spelling of a field path, as every message names a field: ('methods', 1, 'lr') -> 'methods[1].lr'
+    (the inverse of `parse_path`)."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
 
 
 def parse(texts: list[str] | tuple[str, ...]) -> list[Override]:
@@ -114,10 +123,6 @@ def apply(doc: Any, overrides: list[Override]) -> Any:
 
 
 def _cannot(override: Override, depth: int, why: str) -> UserError:
-    from sweeper.spec.schema import (
-        dotted,  # the one spelling of a field path (schema imports this module)
-    )
-
     return UserError(f"override {override.text!r}: {dotted(override.path[: depth + 1])}: {why} in the file")
 
 

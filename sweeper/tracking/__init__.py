@@ -30,11 +30,11 @@ def open_trackers(section: TrackingSection, sweep_dir: Path, sweep: str, warn: C
 
                 out.append(WandbTracker(settings, sweep_dir))
             elif name == "mlflow":
-                from sweeper.tracking.mlflow_run import MlflowTracker
+                from sweeper.tracking.mlflow_run import MlflowTracker  # imports mlflow (its extra)
 
                 out.append(MlflowTracker(settings, sweep_dir, sweep))
             elif name == "tensorboard":
-                from sweeper.tracking.tensorboard_run import TensorboardTracker
+                from sweeper.tracking.tensorboard_run import TensorboardTracker  # imports tensorboard (its extra)
 
                 out.append(TensorboardTracker(settings, sweep_dir))
         except ModuleNotFoundError as exc:

@@ -14,8 +14,8 @@ from typing import Any
 
 import polars as pl
 
-from sweeper.records.rows import CellRow, PointRow
-from sweeper.records.states import PointState
+from sweeper.core.rows import CellRow, PointRow
+from sweeper.core.states import PointState
 from sweeper.records.store import load_cells, load_curves, load_points, read_manifest
 from sweeper.tracking.core import Tracker, Tracking
 

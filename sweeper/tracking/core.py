@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sweeper.records.rows import CellRow, PointRow
-from sweeper.records.states import CellStatus, PointState
+from sweeper.core.rows import CellRow, PointRow
+from sweeper.core.states import CellStatus, PointState
 
 CLOSE_TIMEOUT_S = 120.0  # how long the end of a launch waits for the trackers to catch up
 

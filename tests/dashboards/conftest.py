@@ -1,5 +1,5 @@
 """Fixture sweeps for the dashboard tests, written with the real StoreWriter (see
-`dashboards.synthetic`), and a helper to run `sweeper dashboard` as its own process."""
+`sweeper.sim.synthetic`), and a helper to run `sweeper dashboard` as its own process."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from dashboards.data import SweepData, load_sweep
-from dashboards.synthetic import SyntheticSpec, SyntheticSweep
+from sweeper.sim.synthetic import SyntheticSpec, SyntheticSweep
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 SPEC = SyntheticSpec(methods=("pre", "post", "layerrope"), depths=(4, 8, 16, 32), seeds=(0, 1), lrs_per_cell=6,

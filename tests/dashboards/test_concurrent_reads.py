@@ -15,7 +15,7 @@ import polars as pl
 
 from dashboards.data import Filters
 from dashboards.live import Dashboard
-from dashboards.synthetic import SyntheticSpec, write_in_steps
+from sweeper.sim.synthetic import SyntheticSpec, write_in_steps
 from sweeper.records.store import load_cells, load_curves, load_points
 
 SPEC = SyntheticSpec(

@@ -405,7 +405,7 @@ def test_one_colour_per_method_in_every_figure(finished):
 
 def test_names_from_the_yaml_are_escaped_wherever_plotly_renders_html(tmp_path):
     from dashboards.data import load_sweep
-    from dashboards.synthetic import SyntheticSpec, SyntheticSweep
+    from sweeper.sim.synthetic import SyntheticSpec, SyntheticSweep
 
     sweep = SyntheticSweep(
         tmp_path / "s", SyntheticSpec(methods=("pre", HOSTILE), depths=(4, 8), lrs_per_cell=4, steps=40)

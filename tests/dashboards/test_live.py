@@ -10,7 +10,7 @@ import polars as pl
 from dashboards import figures
 from dashboards.data import Filters
 from dashboards.live import Dashboard, LiveModel
-from dashboards.synthetic import SyntheticSpec, SyntheticSweep
+from sweeper.sim.synthetic import SyntheticSpec, SyntheticSweep
 from sweeper.records.store import load_curves, load_points
 
 SMALL = SyntheticSpec(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dashboards.synthetic import SyntheticSpec, SyntheticSweep
+from sweeper.sim.synthetic import SyntheticSpec, SyntheticSweep
 
 from .conftest import HOSTILE, ServerProcess, start_dashboard
 

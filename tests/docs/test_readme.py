@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from sweeper.cli import COMMANDS
+from sweeper.commands.parser import COMMANDS
 from tests.docs.pages import DOCS, README, ROOT, blocks, pages, prose
 
 CI = ROOT / ".ci" / "run"

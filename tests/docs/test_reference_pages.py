@@ -9,7 +9,7 @@ import re
 
 import pydantic
 
-from sweeper.cli import COMMANDS, build_parser
+from sweeper.commands.parser import COMMANDS, build_parser
 from sweeper.spec.schema import SweepConfig
 from tests.docs.pages import ROOT
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sweeper.records.rows import CellRow, PointRow
+from sweeper.core.rows import CellRow, PointRow
 from sweeper.records.store import MANIFEST, STORE_VERSION, StoreWriter
 
 WIDTH, VOCAB, SEQ, TOKENS = 128, 32000, 256, 2_000_000

@@ -111,7 +111,7 @@ def test_bad_arguments(make_sweep) -> None:
 
 def test_fits_import_neither_torch_nor_ray() -> None:
     code = ("import sys, sweeper.analysis.fits.collect, sweeper.analysis.fits.report, sweeper.analysis.fits.shared, sweeper.commands.fit; "
-            "from sweeper.analysis.fits import predict_optimal_lr; "
+            "from sweeper.stats.lrlaw import predict_optimal_lr; "
             "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'ray'}); print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "[]"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sweeper.analysis.fits import LRPrediction, fit_lr_law, predict_optimal_lr
+from sweeper.stats.lrlaw import LRPrediction, fit_lr_law, predict_optimal_lr
 
 DEPTHS = np.array([48, 64, 96, 128, 192, 256, 384, 512], dtype=float)
 

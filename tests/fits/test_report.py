@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 from sweeper.analysis.fits.collect import collect
 from sweeper.analysis.fits.report import FitOptions, build_report, to_jsonable
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 from sweeper.analysis.gamma.checkpoints import read_checkpoint
 from sweeper.analysis.gamma.report import analyze, summary_rows
 

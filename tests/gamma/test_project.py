@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import save_file
 
 from models import ModelConfig, build_model
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 from sweeper.analysis.gamma.checkpoints import read_checkpoint
 from sweeper.analysis.gamma.report import analyze
 

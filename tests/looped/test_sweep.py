@@ -10,7 +10,7 @@ import pytest
 
 from models import count_params, named_config
 from sweeper.cli import main
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 from sweeper.search.planner import build_plan
 from sweeper.spec.schema import load_sweep, validate_data
 from trials.run import run_trial
@@ -92,7 +92,7 @@ def test_fits_and_dashboards_put_the_loop_count_on_the_x_axis(tmp_path, capsys):
     (with fits.json and before it)."""
     from dashboards.data import load_sweep as load_dashboard
     from dashboards.figures.scaling import optimal_lr, scaling
-    from dashboards.synthetic import SyntheticSpec, SyntheticSweep
+    from sweeper.sim.synthetic import SyntheticSpec, SyntheticSweep
     from sweeper.analysis.fits.report import LOOPS_LABEL
     from sweeper.records.store import load_points, read_manifest
 
@@ -123,7 +123,7 @@ def test_a_loop_count_store_of_version_1_reads_its_loop_count(tmp_path):
     import pyarrow.parquet as pq
 
     from dashboards.data import load_sweep as load_dashboard
-    from dashboards.synthetic import SyntheticSpec, SyntheticSweep
+    from sweeper.sim.synthetic import SyntheticSpec, SyntheticSweep
     from sweeper.records.durable import write_json_atomic, write_parquet_atomic
     from sweeper.records.store import MANIFEST, load_cells, load_points, read_manifest
 

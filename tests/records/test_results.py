@@ -14,9 +14,9 @@ from sweeper.cli import main
 from sweeper.records.fold import current_points, summarize
 from sweeper.records.noise import closest_neighbour, difference
 from sweeper.records.results import optima
-from sweeper.records.rows import CellFacts, PointRow, encode_batches
+from sweeper.core.rows import CellFacts, PointRow, encode_batches
 from sweeper.records.store import MANIFEST, STORE_VERSION, StoreWriter
-from sweeper.search.bracketing import LRPolicy
+from sweeper.core.grid import LRPolicy
 
 PRE = CellFacts(cell_id="pre/L2/s0", method="pre", size="L2", depth=2, seed=0)
 POST = CellFacts(cell_id="post/L32/s0", method="post", size="L32", depth=32, seed=0)

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sweeper.records.ids import CellId, PointId, canonical, cell_of, point_id, size_labels
-from sweeper.records.rows import CELL_COLUMNS, CURVE_COLUMNS, POINT_COLUMNS, CellFacts, CellRow, CurvePoint, PointRow
-from sweeper.records.states import ACTIVE_STATES, FINISHED_STATES, CellStatus, PointState
+from sweeper.core.ids import CellId, PointId, canonical, cell_of, point_id, size_labels
+from sweeper.core.rows import CELL_COLUMNS, CURVE_COLUMNS, POINT_COLUMNS, CellFacts, CellRow, CurvePoint, PointRow
+from sweeper.core.states import ACTIVE_STATES, FINISHED_STATES, CellStatus, PointState
 from sweeper.records.store import CELLS_SCHEMA, CURVES_SCHEMA, POINTS_SCHEMA, StoreWriter, load_cells, load_points
-from sweeper.search.bracketing import CellDecision, GridPoint
+from sweeper.core.grid import CellDecision, GridPoint
 
 CELL = CellFacts(cell_id="pre/T4/s1", method="pre", family="looped", size="T4", depth=4, loops=4, width=32, seed=1)
 names = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.+\-]{0,20}", fullmatch=True)

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from sweeper.records.states import CELL_STATUSES
+from sweeper.core.states import CELL_STATUSES
 
 from .conftest import FULL, KILL_SWEEP, Driver, cli_cmd, optima_json, write_sweep
 

@@ -248,7 +248,8 @@ def test_explored_points_do_not_depend_on_the_order_trials_finish(seed, points, 
     """The bracketing policy decides on complete information, so a cell explores the same learning
     rates (and finds the same optimum) whatever order its trials finish in — also on multi-modal
     loss curves, where an eager extension from a partial grid used to find another optimum."""
-    from sweeper.search.bracketing import GridPoint, LRPolicy, decide
+    from sweeper.core.grid import GridPoint, LRPolicy
+    from sweeper.search.bracketing import decide
 
     policy = LRPolicy(lo=1e-7, hi=10.0, center=1e-3, points=points, factor=2.0, refine=refine, max_points=40)
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 from sweeper.run.sweep_dir import check_output_dir
 from sweeper.search.planner import build_plan
 from sweeper.spec.schema import validate_data

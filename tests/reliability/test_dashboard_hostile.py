@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from dashboards.synthetic import SyntheticSpec, SyntheticSweep
-from sweeper.records.rows import PointRow
+from sweeper.sim.synthetic import SyntheticSpec, SyntheticSweep
+from sweeper.core.rows import PointRow
 from sweeper.records.store import StoreWriter, load_points
 
 SWEEP_NAME = '"><svg onload=alert("sweep")>'

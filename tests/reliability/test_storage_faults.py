@@ -75,7 +75,7 @@ def finished(reference_run: dict[str, Any], tmp_path: Path) -> Path:
 CORRUPTOR = r"""
 import json, sys
 from pathlib import Path
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 from sweeper.records.store import load_cells, load_curves, load_points
 
 root, targets = Path(sys.argv[1]), json.loads(sys.argv[2])

@@ -7,8 +7,8 @@ import math
 import pytest
 
 from sweeper.records.fold import current_points, summarize
-from sweeper.records.rows import PointRow
-from sweeper.records.states import CellStatus, PointState
+from sweeper.core.rows import PointRow
+from sweeper.core.states import CellStatus, PointState
 from sweeper.run.book import CellBook, IllegalTransition, LedgerOp, PointEvent, transition
 from sweeper.search.planner import build_plan
 from sweeper.spec.schema import validate_data

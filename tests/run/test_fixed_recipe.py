@@ -11,10 +11,11 @@ import pytest
 
 from sweeper.cli import main
 from sweeper.records.durable import write_json_atomic
-from sweeper.records.states import CellStatus, PointState
+from sweeper.core.states import CellStatus, PointState
 from sweeper.records.store import MANIFEST, load_cells, load_points
 from sweeper.run.sweep_dir import manifest_for
-from sweeper.search.bracketing import GridPoint, LRPolicy, decide
+from sweeper.core.grid import GridPoint, LRPolicy
+from sweeper.search.bracketing import decide
 from sweeper.spec.schema import LRSection
 from tests.run.driving import make_sweep
 from tests.run.test_sweep_run import drive

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from models.config import ModelConfig
-from sweeper.errors import UserError
-from sweeper.run.simulation import load_surface
+from sweeper.core.errors import UserError
+from sweeper.sim.simulation import load_surface
 from tests.sweeper.test_replay import STEPLAW
 from trials.config import TrainConfig
-from trials.simulated import SimulatedCell, simulate_trial
+from sweeper.sim.trial import SimulatedCell, simulate_trial
 from trials.spec import TrialSpec
 
 DENSE = STEPLAW / "dense_lr_bs_loss.csv"
@@ -97,6 +97,6 @@ def test_table_errors_name_the_field(tmp_path):
 def test_a_planted_surface_keeps_its_fingerprint_so_older_simulated_sweeps_resume():
     # The fingerprint of sweeps/surfaces/study.yaml before tables existed: a simulated sweep launched then
     # must still resume (its cells' compatibility and its points' corpus carry this value).
-    from sweeper.run.simulation import load_surface as load
+    from sweeper.sim.simulation import load_surface as load
 
     assert load("sweeps/surfaces/study.yaml").fingerprint() == "583037b32303a952"

@@ -346,7 +346,8 @@ def test_failed_points_are_retried_only_when_asked(tmp_path):
 def test_the_driver_explores_what_decide_alone_explores_with_the_new_lr_options(tmp_path):
     """The driver (cell book, stacks, ledger, store) and `decide` run on its own agree LR for LR, with
     the options of the shipped sweeps (refine: vertex, vertex_first, failed_neighbour: half_step)."""
-    from sweeper.search.bracketing import GridPoint, decide
+    from sweeper.core.grid import GridPoint
+    from sweeper.search.bracketing import decide
 
     def loss(depth, lr):  # asymmetric and sharper than a parabola; optimum 0.03 / depth
         u = math.log(lr * depth / 0.03)

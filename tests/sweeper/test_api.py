@@ -1,5 +1,5 @@
 """`sweeper.open(DIR)`: the same numbers as the command line's JSON, on real stored sweeps (written with
-the real StoreWriter: `dashboards.synthetic` for points, curves and cells; the fits tests' planted power
+the real StoreWriter: `sweeper.sim.synthetic` for points, curves and cells; the fits tests' planted power
 laws for `sweeper fit`)."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import polars as pl
 import pytest
 
 import sweeper
-from dashboards.synthetic import SyntheticSpec, SyntheticSweep
+from sweeper.sim.synthetic import SyntheticSpec, SyntheticSweep
 from sweeper.api import FIGURE_NAMES, OPTIMA_SCHEMA, Fits
 from sweeper.cli import main
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 from tests.fits.conftest import Truth, write_sweep
 
 SPEC = SyntheticSpec(methods=("pre", "layerrope"), depths=(4, 8, 16), seeds=(0,), lrs_per_cell=5, steps=60,

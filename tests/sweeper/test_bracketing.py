@@ -9,16 +9,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from sweeper.search.bracketing import (
-    CellDecision,
-    GridPoint,
-    LRPolicy,
-    canonical,
-    decide,
-    initial_grid,
-    interpolate_optimum,
-    prior_grid,
-)
+from sweeper.core.grid import CellDecision, GridPoint, LRPolicy
+from sweeper.core.ids import canonical
+from sweeper.search.bracketing import decide, initial_grid, interpolate_optimum, prior_grid
 
 
 def run_cell(policy: LRPolicy, loss, *, order_seed: int | None = None, max_rounds: int = 200):

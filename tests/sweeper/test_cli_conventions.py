@@ -178,7 +178,7 @@ def test_overrides_are_recorded_and_a_relaunch_without_them_resumes_the_same_swe
 
 
 def test_trial_takes_the_same_override_syntax(tmp_path, capsys):
-    from sweeper.cli import build_parser
+    from sweeper.commands.parser import build_parser
     from sweeper.commands.trial import build_configs
 
     args = build_parser().parse_args(["trial", "--method", "pre", "--depth", "1", "--lr", "1e-3",

@@ -7,7 +7,8 @@ import subprocess
 
 import pytest
 
-from sweeper.cli import COMMANDS, main
+from sweeper.cli import main
+from sweeper.commands.parser import COMMANDS
 
 
 def test_bash_completion_is_valid_bash_and_lists_every_command(capsys, tmp_path):

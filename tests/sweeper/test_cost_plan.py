@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.records import bench_cache
+from sweeper.bench.cache import record
+from sweeper.search import bench_cache
 from sweeper.search.cost import cost_plan, shape_of
 from sweeper.search.planner import build_plan
 from sweeper.spec.schema import load_sweep
@@ -54,8 +55,8 @@ def test_a_measured_rate_replaces_the_assumption_for_its_shape(tmp_path):
     measured = bench_cache.Measurement(shape=shape, mode=mode, device_name="cpu", stack=3, model_flops_per_s=4e9,
                                        threads=1, measured_at=1.0, command="sweeper bench ...")
     cache = tmp_path / "bench.json"
-    bench_cache.record(measured, cache)
-    bench_cache.record(measured, cache)  # the same key replaces, never duplicates
+    record(measured, cache)
+    record(measured, cache)  # the same key replaces, never duplicates
     assert len(bench_cache.load(cache)) == 1
     costs = cost_plan(plan, bench_cache.load(cache), cpu_throughput=1e9, pool=2)
     first = costs.cells[0]

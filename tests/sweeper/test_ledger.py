@@ -10,8 +10,8 @@ import optuna
 import pytest
 
 from sweeper.records.ledger import OptunaLedger, storage_url
-from sweeper.records.rows import CellFacts, PointRow
-from sweeper.records.states import PointState
+from sweeper.core.rows import CellFacts, PointRow
+from sweeper.core.states import PointState
 
 CELL = CellFacts(cell_id="pre/L2/s0", method="pre", size="L2", depth=2)
 

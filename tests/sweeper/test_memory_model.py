@@ -13,7 +13,7 @@ import pytest
 from sweeper.cli import main
 from sweeper.search.memory import (DEFAULT_GPU_BYTES, GiB, auto_stack, cell_shape, check_fits, device_memory, estimate,
                                    fitting_micro_batch)
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 from sweeper.search.planner import build_plan
 from sweeper.spec.schema import validate_data
 from trials.footprint import (CUDA_CONTEXT_BYTES, FRAGMENTATION, MEASURED_HEADROOM, TrialShape, footprint, load_measured,
@@ -103,7 +103,7 @@ def test_measured_peaks_replace_the_formula(tmp_path: Path) -> None:
 
 def test_the_bench_and_the_planner_give_one_shape_one_key(tmp_path: Path) -> None:
     """`sweeper bench --device cuda` records under the key the planner looks up for the same settings."""
-    from trials.bench import BenchSettings, trial_shape
+    from sweeper.bench.trial import BenchSettings, trial_shape
 
     cell = cell_of(gpu_sweep(micro_batch=16, compile=True), tmp_path)
     bench = BenchSettings(method="pre", width=128, depth=512, heads=4, stack=3, compile=True, device="cuda", dtype="bf16",

@@ -1,12 +1,13 @@
-"""`python -m sweeper.search.priorsim`: the planner's prior on planted methods (a measurement tool)."""
+"""`sweeper bench prior` (`sweeper.sim.prior`): the planner's prior on planted methods (a measurement tool)."""
 
 from __future__ import annotations
 
 import random
 from pathlib import Path
 
-from sweeper.search.bracketing import LRPolicy
-from sweeper.search.priorsim import main, plant_method, simulate_method, steplaw_like
+from sweeper.core.grid import LRPolicy
+from sweeper.cli import main
+from sweeper.sim.prior import plant_method, simulate_method, steplaw_like
 
 QUICKSTART = str(Path(__file__).resolve().parents[2] / "sweeps" / "quickstart.yaml")
 DEPTHS = [48, 64, 96, 128, 192, 256, 384, 512]
@@ -28,8 +29,8 @@ def test_planted_methods_are_the_same_for_both_interval_kinds_and_cells_bracket(
 
 
 def test_the_command_prints_both_interval_kinds(capsys):
-    assert main(["--yaml", QUICKSTART, "--policy", "prior=extrapolate", "--replicates", "3"]) == 0
+    assert main(["bench", "prior", "--yaml", QUICKSTART, "--policy", "prior=extrapolate", "--replicates", "3"]) == 0
     out = capsys.readouterr().out
     assert "confidence" in out and "prediction" in out
-    assert main(["--yaml", QUICKSTART, "--replicates", "2"]) == 0
+    assert main(["bench", "prior", "--yaml", QUICKSTART, "--replicates", "2"]) == 0
     assert "none" in capsys.readouterr().out

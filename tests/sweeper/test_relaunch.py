@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sweeper.run.sweep_dir import check_compatible, check_output_dir, manifest_for, save_yaml_copy
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 from sweeper.search.planner import build_plan
 from sweeper.spec.schema import validate_data
 from sweeper.records.durable import write_json_atomic

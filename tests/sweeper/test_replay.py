@@ -17,9 +17,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from sweeper.search.bracketing import LRPolicy
+from sweeper.core.grid import LRPolicy
 from sweeper.cli import main
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 from sweeper.commands.replay import parse_shifts
 from sweeper.search.replay import replay, replay_group, table_from_frame
 
@@ -54,7 +54,7 @@ def planted_table():
 def test_planted_table_replayed_by_hand():
     table = planted_table()
     assert table.ratio == pytest.approx(R2, rel=1e-4)  # recorded LRs are rounded
-    group = next(g for g in table.groups if g.key == ("a",))
+    group = next(g for g in table.groups if g.values == ("a",))
     policy = LRPolicy(center=1e-3, points=3, refine=False, **WIDE)
     # k is the grid index of the centre; the initial grid is k-2, k, k+2 (factor 2 = two √2 steps).
     # Expected (points, unrecorded, regret in %); a regret of 0.02 / 3.00 = 2/3 %.
@@ -82,7 +82,7 @@ def test_planted_table_replayed_by_hand():
 
 
 def test_refining_toward_the_vertex_finds_the_recorded_optimum():
-    group = next(g for g in planted_table().groups if g.key == ("a",))
+    group = next(g for g in planted_table().groups if g.values == ("a",))
     # Shift +1 again: {-1, 1, 3} = 3.03, 3.02, 3.25. The parabola through them (x in √2 steps):
     # d1 = -0.005, d2 = 0.115, a = 0.03, vertex at x = 0.0833: 0.92 half steps below the best
     # point, more than vertex_offset 0.5, so one half step down: k = 0 (3.00), bracketed.
@@ -99,7 +99,7 @@ def test_refining_toward_the_vertex_finds_the_recorded_optimum():
 
 
 def test_a_half_step_past_a_failed_neighbour():
-    group = next(g for g in planted_table().groups if g.key == ("a",))
+    group = next(g for g in planted_table().groups if g.values == ("a",))
     # Shift +3: {1, 3, 5}: 5 is unrecorded; best 1 (3.02) has 3 above and nothing below: extend to -1.
     # Shift -3 with the recorded grid ending at k = -3: {-5, -3, -1}: -5 unrecorded, best -1 at the top,
     # extend to 1 (3.02), then 3 (3.25): bracketed at 1 with 5 points.

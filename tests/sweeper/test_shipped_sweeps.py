@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 from sweeper.spec.schema import load_sweep
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dashboards.synthetic import SyntheticSpec, SyntheticSweep
+from sweeper.sim.synthetic import SyntheticSpec, SyntheticSweep
 from sweeper.cli import main
 from sweeper.run.display import LiveDisplay
 from tests.run.driving import make_sweep

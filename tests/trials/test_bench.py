@@ -11,7 +11,7 @@ import pytest
 
 from models import ModelConfig, count_params, flops_per_token
 from sweeper.cli import main
-from trials.bench import BenchSettings, run_bench
+from sweeper.bench.trial import BenchSettings, run_bench
 
 
 def test_figures_follow_from_the_timings_and_the_counts() -> None:
@@ -83,7 +83,7 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None
 
 def test_a_member_lost_mid_benchmark_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """A diverged member skips its backward pass: timings would be wrong, so nothing is reported."""
-    from trials import bench
+    from sweeper.bench import trial as bench
     from trials.errors import TrialInputError
 
     monkeypatch.setattr(bench, "BENCH_LR", 1e6)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from sweeper.cli import main
-from trials.bench_data import measure_data_path
+from sweeper.bench.data_path import measure_data_path
 from trials.config import DataConfig
 from trials.data.prepare import PrepareSettings, prepare
 

@@ -54,7 +54,7 @@ def test_quick_cpu_suite_runs_every_check(ray_session: str, tmp_path: Path) -> N
 def test_a_failing_or_hanging_check_never_stops_the_others(tmp_path: Path) -> None:
     """The worker protocol alone: a check that raises is `error`, one past its limit is killed (`timeout`,
     with its last progress), and the checks after both still run, in a new worker process."""
-    from sweeper.commands.bench_suite import Check, Report, SuiteConfig, Worker
+    from sweeper.bench.suite import Check, Report, SuiteConfig, Worker
 
     report = Report(SuiteConfig.make("cpu", True, None), tmp_path / "suite.json")
     ended: list[tuple[str, str]] = []
@@ -80,7 +80,8 @@ def test_memory_prediction_is_where_stack_auto_grants_the_stack(device: str, tmp
     one byte-percent below it fewer."""
     from dataclasses import replace
 
-    from sweeper.commands.bench_suite import SuiteConfig, _cell_for, predicted_trial_bytes
+    from sweeper.bench.suite import SuiteConfig
+    from sweeper.bench.suite_run import _cell_for, predicted_trial_bytes
     from sweeper.search.memory import auto_stack
 
     cfg = SuiteConfig.make(device, False, None)

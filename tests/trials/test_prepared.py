@@ -264,7 +264,7 @@ def _kill_midway(out: Path, args: list[str]) -> None:
 
 
 def test_a_killed_prepare_is_never_read_and_a_rerun_completes_it(corpus: dict[str, Path], prepared: Path, tmp_path: Path) -> None:
-    from sweeper.errors import UserError
+    from sweeper.core.errors import UserError
     from sweeper.spec.schema import load_sweep
 
     out = tmp_path / "killed"
@@ -401,7 +401,7 @@ def test_the_sweep_checks_its_vocab_and_records_its_fingerprint(prepared: Path, 
     """Launch opens the corpus once: its fingerprint is the sweep's corpus fingerprint, and a model.vocab
     that misses some of its ids is one clear error before any trial starts."""
     from sweeper.run.launch import preflight_data
-    from sweeper.errors import UserError
+    from sweeper.core.errors import UserError
     from sweeper.search.planner import build_plan
     from sweeper.spec.schema import load_sweep
 

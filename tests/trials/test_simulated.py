@@ -8,9 +8,9 @@ import pytest
 
 from models.config import ModelConfig
 from trials.config import TrainConfig
-from trials.simulated import SimulatedCell, rate_of, simulate_trial
+from sweeper.sim.trial import SimulatedCell, rate_of, simulate_trial
 from trials.spec import TrialSpec
-from trials.surface import Surface, SurfaceMethod, final_loss
+from sweeper.sim.surface import Surface, SurfaceMethod, final_loss
 
 PRE = SurfaceMethod(E=2.0, A=1.0, alpha=0.5, lr_k=0.02, lr_b=-0.5, c=0.05, cliff=4.0)
 
@@ -94,8 +94,8 @@ def test_reports_closer_than_min_report_seconds_are_coalesced():
 
 
 def test_surface_file_errors_name_the_file_and_line(tmp_path):
-    from sweeper.errors import UserError
-    from sweeper.run.simulation import load_surface
+    from sweeper.core.errors import UserError
+    from sweeper.sim.simulation import load_surface
 
     bad = tmp_path / "s.yaml"
     bad.write_text("name: s\nmethods:\n  pre: {E: 2.0, A: 1.0, alpha: 0.5, lr_k: 0.02, lr_b: -0.5, clif: 3}\n")
@@ -108,7 +108,7 @@ def test_surface_file_errors_name_the_file_and_line(tmp_path):
 
 
 def test_concurrency_auto_lets_ray_pack_mixed_fractions():
-    from sweeper.errors import UserError
+    from sweeper.core.errors import UserError
     from sweeper.run.tune_session import auto_concurrency
 
     pool = {"CPU": 1024.0, "GPU": 8.0}
@@ -121,7 +121,7 @@ def test_concurrency_auto_lets_ray_pack_mixed_fractions():
 
 
 def test_gpu_probe_integrates_the_gpus_held():
-    from sweeper.run.simulation import GpuProbe
+    from sweeper.sim.simulation import GpuProbe
 
     probe = GpuProbe(pool_gpus=8.0)
     probe.sample(0.0, 8.0, 10.0)  # saturated, all held

@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from sweeper.cli import main
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 from sweeper.search.planner import build_plan
 from sweeper.spec.schema import load_sweep, validate_data
 from sweeper.records.store import load_cells, load_points, read_manifest

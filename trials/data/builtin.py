@@ -11,7 +11,7 @@ the (path, size, mtime) of every file: reopening costs one `stat` per file (~20 
 ~1800 files), not a re-read and re-hash of ~30 MB. Within one process (a reused Ray actor)
 the opened source is kept and reopening is free.
 
-`python -m trials.data.builtin` prints the corpus size and the build / reopen times.
+`sweeper bench corpus` prints the corpus size and the build / reopen times.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import os
 import platform
 import sys
 import sysconfig
-import time
 from pathlib import Path
 
 from trials.data.base import ArrayTokenSource, cache_root, digest, in_val_split, open_tokens, write_atomic
@@ -114,24 +113,7 @@ def _build(files: list[tuple[str, Path]], folder: Path, val_fraction: float) -> 
     write_atomic(folder / "meta.json", json.dumps(meta, indent=2).encode())
 
 
-def _main() -> None:
-    import tempfile
-
-    os.environ["LAYERROPE_SWEEPER_CACHE"] = tempfile.mkdtemp(prefix="corpus-bench-")
-    t0 = time.perf_counter()
-    src = builtin_source()
-    t1 = time.perf_counter()
+def forget_opened() -> None:
+    """Forget the sources opened in this process: the next `builtin_source()` reopens the cache as a new
+    process would (`sweeper bench corpus` times both)."""
     _opened.clear()
-    src = builtin_source()
-    t2 = time.perf_counter()
-    src = builtin_source()
-    t3 = time.perf_counter()
-    print(f"fingerprint      {src.fingerprint}")
-    print(f"corpus           {src.description}: {len(src.train):,} train + {len(src.val):,} val tokens")
-    print(f"first build      {t1 - t0:.3f} s (read, hash, split, write cache)")
-    print(f"new process      {t2 - t1:.3f} s (stat every file, memory-map the cache)")
-    print(f"same process     {(t3 - t2) * 1e6:.1f} us")
-
-
-if __name__ == "__main__":
-    _main()

@@ -1,9 +1,10 @@
 """Power-law fits of sweep results: loss against scale, optimal LR against size, LR sensitivity.
 
-Pure numpy/scipy (neither Ray nor torch). Modules:
+Pure numpy/scipy (neither Ray nor torch). The pure statistics under them (`Estimate`, the log-log power
+law, the LR law `LR* = c·x^b` and `predict_optimal_lr`) are `sweeper.stats`, which the planner's prior
+uses too. Modules:
 - `powerlaw`: `L = E + A·x^(-α)` by α scan + non-negative least squares, log-log slope, bootstrap intervals;
 - `shared`: the same form with one E shared across methods;
-- `lrlaw`: `LR* = c·x^b` and `predict_optimal_lr` (the planner's `prior: extrapolate`);
 - `sensitivity`: Wortsman LR sensitivity and the near-optimal LR range of a cell;
 - `collect`: the per-(method, size) results of a sweep directory, read through `sweeper.records.store`;
 - `report`: everything above assembled into the `fits.json` document.
@@ -18,11 +19,6 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "Estimate": "sweeper.analysis.fits.estimate",
-    "LRLawFit": "sweeper.analysis.fits.lrlaw",
-    "LRPrediction": "sweeper.analysis.fits.lrlaw",
-    "fit_lr_law": "sweeper.analysis.fits.lrlaw",
-    "predict_optimal_lr": "sweeper.analysis.fits.lrlaw",
     "LossFit": "sweeper.analysis.fits.powerlaw",
     "fit_loss_curve": "sweeper.analysis.fits.powerlaw",
     "Sensitivity": "sweeper.analysis.fits.sensitivity",
@@ -31,16 +27,11 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "Estimate",
-    "LRLawFit",
-    "LRPrediction",
     "LossFit",
     "Sensitivity",
     "fit_loss_curve",
-    "fit_lr_law",
     "lr_sensitivity",
     "parse_size",
-    "predict_optimal_lr",
 ]
 
 

@@ -38,7 +38,7 @@ from typing import Any, Literal
 import numpy as np
 
 from sweeper.analysis.fits.sensitivity import Sensitivity, lr_sensitivity
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
 from sweeper.records.store import load_cells, load_points, read_manifest
 
 XAxis = Literal["depth", "params", "compute"]

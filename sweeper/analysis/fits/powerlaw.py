@@ -17,7 +17,7 @@ How the fit works, and why:
   around the fitted curve and every replicate keeps the same x values. A plain residual
   bootstrap treats the noise scale as known and undercovers with few residual degrees of
   freedom, so the residuals are widened by t_{0.975, dof}/z_{0.975} (`small_sample_factor`).
-  Measured coverage of the 95% intervals (`python -m sweeper.analysis.fits.coverage`, 400 draws,
+  Measured coverage of the 95% intervals (`sweeper bench coverage`, 400 draws,
   noise sd 0.01 on L = 3.2 + 40·x^-0.9, depths 48–512): 93–97% for E, α and the loss at
   depth 1024 with 4, 5, 6 or 8 sizes. A plain residual bootstrap (`scheme="residual-raw"`)
   covers 61–69% at 4 sizes and 91–93% at 8; resampling points (`scheme="cases"`, as in Epoch
@@ -42,7 +42,7 @@ import numpy as np
 from scipy.optimize import least_squares, minimize_scalar
 
 from sweeper.analysis.fits import nnls
-from sweeper.analysis.fits.estimate import (
+from sweeper.stats.estimate import (
     MISSING,
     Estimate,
     estimate,
@@ -50,7 +50,7 @@ from sweeper.analysis.fits.estimate import (
     small_sample_factor,
     width_warnings,
 )
-from sweeper.analysis.fits.loglog import PowerLawFit, fit_power_law
+from sweeper.stats.loglog import PowerLawFit, fit_power_law
 
 ALPHA_BOUNDS = (1e-3, 5.0)
 ALPHA_GRID_SIZE = 800

@@ -20,11 +20,12 @@ from typing import Any, Literal
 import numpy as np
 
 from sweeper.analysis.fits.collect import CDef, CellSensitivity, NDef, SizeResult, SweepResults, XAxis
-from sweeper.analysis.fits.estimate import Estimate
-from sweeper.analysis.fits.loglog import PowerLawFit
-from sweeper.analysis.fits.lrlaw import EXTRAPOLATION_NOTE, EXTRAPOLATION_WARN, fit_lr_law
+from sweeper.stats.estimate import Estimate
+from sweeper.stats.loglog import PowerLawFit
+from sweeper.stats.lrlaw import EXTRAPOLATION_NOTE, EXTRAPOLATION_WARN, fit_lr_law
 from sweeper.analysis.fits.powerlaw import DEFAULT_RESAMPLES, LossFit, Scheme, fit_loss_curve
 from sweeper.analysis.fits.sensitivity import common_lrs, lr_sensitivity
+from sweeper.analysis.fits.shared import fit_shared_e
 from sweeper.analysis.fits.units import format_size
 
 VERSION = 1
@@ -111,8 +112,6 @@ def build_report(results: SweepResults, opts: FitOptions) -> dict[str, Any]:
         methods[method] = _method_section(method, sizes, results.cells, opts)
 
     if opts.shared_e:
-        from sweeper.analysis.fits.shared import apply_shared_e
-
         shared_summary = apply_shared_e(methods, series, opts)
         global_warnings.extend(shared_summary["warnings"])
 
@@ -452,6 +451,78 @@ def _ranking(methods: dict[str, Any], series: dict[str, list[SizeResult]], opts:
     for i, r in enumerate(by_exponent):
         r["rank_by_compute_exponent"] = i + 1
     return rows
+
+
+def apply_shared_e(methods: dict[str, Any], series: dict[str, list[SizeResult]], opts: FitOptions) -> dict[str, Any]:
+    """Replace each method's loss and compute fits in a fits.json document by shared-E fits.
+
+    The independent per-method fits stay under `loss_fit_independent` / `compute_fit_independent`.
+    Returns the document's `shared_e` summary (E with its interval per axis, and warnings).
+    """
+    summary: dict[str, Any] = {"warnings": []}
+    targets = np.asarray(opts.targets, dtype=float)
+
+    def arrays(axis: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        out = {}
+        for m, sizes in series.items():
+            usable, _ = _xy(sizes, opts, axis=axis)
+            if usable:
+                out[m] = (np.array([s.scale.x(axis, opts.n_def, opts.c_def) for s in usable], dtype=float),
+                          np.array([s.objective for s in usable], dtype=float))
+        return out
+
+    data = arrays(opts.x)
+    joint = fit_shared_e(data, resamples=opts.resamples, seed=opts.seed)
+    summary["loss"] = {"E": joint.E.to_dict(), "dof": joint.dof, "methods": sorted(joint.fits),
+                       "left_out": joint.left_out, "warnings": joint.warnings}
+    if not joint.ok:
+        summary["warnings"].append("shared E: " + "; ".join(joint.warnings) + " (independent fits kept)")
+        return summary
+    for m, name in joint.left_out.items():
+        summary["warnings"].append(f"shared E: {m} left out ({name}); its independent fit is kept")
+
+    # Leave-largest-out with the shared E: every method that keeps two sizes loses its largest.
+    held: dict[str, tuple[float, float]] = {}
+    sub_data = {}
+    for m, (x, y) in data.items():
+        if m in joint.fits and np.unique(x).size >= 3:
+            top = float(x.max())
+            held[m] = (top, float(np.mean(y[x == top])))
+            sub_data[m] = (x[x < top], y[x < top])
+    sub = fit_shared_e(sub_data, resamples=opts.resamples, seed=opts.seed + 1) if len(sub_data) >= 2 else None
+
+    for m, fit in joint.fits.items():
+        section = loss_fit_section(fit, targets, opts, holdout=False)
+        section["e_model"] = "shared"
+        if sub is not None and m in sub.fits:
+            section["holdout"], extra = holdout_record(sub.fits[m], held[m][0], held[m][1], opts)
+        else:
+            extra = ["leave-largest-out check with shared E needs 3 sizes of this method and 2 methods"]
+        section["warnings"].extend(extra)
+        section["trustworthy"] = fit.status == "ok" and not section["warnings"]
+        methods[m]["loss_fit_independent"] = methods[m]["loss_fit"]
+        methods[m]["loss_fit"] = section
+
+    if opts.x != "compute":
+        c_data = arrays("compute")
+        c_joint = fit_shared_e(c_data, resamples=opts.resamples, seed=opts.seed + 4)
+        summary["compute"] = {"E": c_joint.E.to_dict(), "dof": c_joint.dof, "methods": sorted(c_joint.fits),
+                              "left_out": c_joint.left_out, "warnings": c_joint.warnings}
+        fits = c_joint.fits if c_joint.ok else {}
+    else:
+        fits = joint.fits
+    for m, fit in fits.items():
+        detail = loss_fit_section(fit, np.array([]), opts, holdout=False)
+        detail.pop("curve", None)
+        detail["e_model"] = "shared"
+        methods[m]["compute_fit_independent"] = methods[m].get("compute_fit")
+        methods[m]["compute_fit"] = detail
+        if fit.status == "ok" and fit.alpha.value is not None:
+            methods[m]["compute_exponent"] = {**fit.alpha.to_dict(), "loglog_slope": fit.loglog_slope.to_dict(),
+                                              "trustworthy": detail["trustworthy"], "e_model": "shared"}
+        else:
+            methods[m]["compute_exponent"] = None
+    return summary
 
 
 def to_jsonable(value: Any) -> Any:

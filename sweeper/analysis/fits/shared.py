@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import least_squares, minimize_scalar
 
-from sweeper.analysis.fits.estimate import Estimate, estimate, small_sample_factor, width_warnings
-from sweeper.analysis.fits.loglog import fit_power_law
+from sweeper.stats.estimate import Estimate, estimate, small_sample_factor, width_warnings
+from sweeper.stats.loglog import fit_power_law
 from sweeper.analysis.fits.powerlaw import (
     ALPHA_BOUNDS,
     ALPHA_GRID_SIZE,
@@ -360,77 +360,3 @@ def _gauss_newton(
         current = np.where(accept, trial, current)
         active = accept
     return e, a, al
-
-
-def apply_shared_e(methods: dict, series: dict, opts) -> dict:
-    """Replace each method's loss and compute fits in a fits.json document by shared-E fits.
-
-    The independent per-method fits stay under `loss_fit_independent` / `compute_fit_independent`.
-    Returns the document's `shared_e` summary (E with its interval per axis, and warnings).
-    """
-    from sweeper.analysis.fits.report import _xy, holdout_record, loss_fit_section
-
-    summary: dict = {"warnings": []}
-    targets = np.asarray(opts.targets, dtype=float)
-
-    def arrays(axis: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        out = {}
-        for m, sizes in series.items():
-            usable, _ = _xy(sizes, opts, axis=axis)
-            if usable:
-                out[m] = (np.array([s.scale.x(axis, opts.n_def, opts.c_def) for s in usable], dtype=float),
-                          np.array([s.objective for s in usable], dtype=float))
-        return out
-
-    data = arrays(opts.x)
-    joint = fit_shared_e(data, resamples=opts.resamples, seed=opts.seed)
-    summary["loss"] = {"E": joint.E.to_dict(), "dof": joint.dof, "methods": sorted(joint.fits),
-                       "left_out": joint.left_out, "warnings": joint.warnings}
-    if not joint.ok:
-        summary["warnings"].append("shared E: " + "; ".join(joint.warnings) + " (independent fits kept)")
-        return summary
-    for m, name in joint.left_out.items():
-        summary["warnings"].append(f"shared E: {m} left out ({name}); its independent fit is kept")
-
-    # Leave-largest-out with the shared E: every method that keeps two sizes loses its largest.
-    held: dict[str, tuple[float, float]] = {}
-    sub_data = {}
-    for m, (x, y) in data.items():
-        if m in joint.fits and np.unique(x).size >= 3:
-            top = float(x.max())
-            held[m] = (top, float(np.mean(y[x == top])))
-            sub_data[m] = (x[x < top], y[x < top])
-    sub = fit_shared_e(sub_data, resamples=opts.resamples, seed=opts.seed + 1) if len(sub_data) >= 2 else None
-
-    for m, fit in joint.fits.items():
-        section = loss_fit_section(fit, targets, opts, holdout=False)
-        section["e_model"] = "shared"
-        if sub is not None and m in sub.fits:
-            section["holdout"], extra = holdout_record(sub.fits[m], held[m][0], held[m][1], opts)
-        else:
-            extra = ["leave-largest-out check with shared E needs 3 sizes of this method and 2 methods"]
-        section["warnings"].extend(extra)
-        section["trustworthy"] = fit.status == "ok" and not section["warnings"]
-        methods[m]["loss_fit_independent"] = methods[m]["loss_fit"]
-        methods[m]["loss_fit"] = section
-
-    if opts.x != "compute":
-        c_data = arrays("compute")
-        c_joint = fit_shared_e(c_data, resamples=opts.resamples, seed=opts.seed + 4)
-        summary["compute"] = {"E": c_joint.E.to_dict(), "dof": c_joint.dof, "methods": sorted(c_joint.fits),
-                              "left_out": c_joint.left_out, "warnings": c_joint.warnings}
-        fits = c_joint.fits if c_joint.ok else {}
-    else:
-        fits = joint.fits
-    for m, fit in fits.items():
-        detail = loss_fit_section(fit, np.array([]), opts, holdout=False)
-        detail.pop("curve", None)
-        detail["e_model"] = "shared"
-        methods[m]["compute_fit_independent"] = methods[m].get("compute_fit")
-        methods[m]["compute_fit"] = detail
-        if fit.status == "ok" and fit.alpha.value is not None:
-            methods[m]["compute_exponent"] = {**fit.alpha.to_dict(), "loglog_slope": fit.loglog_slope.to_dict(),
-                                              "trustworthy": detail["trustworthy"], "e_model": "shared"}
-        else:
-            methods[m]["compute_exponent"] = None
-    return summary

@@ -17,7 +17,7 @@ Three kinds of PATH:
   configuration that finished ok with the lowest loss. A trial *checkpoint* folder (stacked
   members and optimizer state, without the model config) is refused with a pointer to the exports.
 
-Bad input raises `sweeper.errors.UserError` (the CLI exits 2).
+Bad input raises `sweeper.core.errors.UserError` (the CLI exits 2).
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
+from sweeper.core.ids import depth_label, is_point_id
 from sweeper.analysis.gamma.layouts import (
     UnknownLayout,
     detect_layouts,
@@ -330,10 +331,10 @@ def read_project_export(folder: Path) -> ModelGains:
     n_layers = max(g.shape[0] for g in per_site.values())
     lr = config.get("lr")
     point_id = config.get("point_id")
-    if isinstance(point_id, str) and "/" in point_id:
-        label = point_id  # a sweep's point id names method, size, seed and LR
+    if is_point_id(point_id):
+        label = str(point_id)  # a sweep's point id names method, size, seed and LR
     else:
-        label = f"{scheme} L{depth}" + (f" lr={float(lr):.3g}" if isinstance(lr, (int, float)) else "")
+        label = f"{scheme} {depth_label(depth)}" + (f" lr={float(lr):.3g}" if isinstance(lr, (int, float)) else "")
     notes = ["effective gains from model.layer_gains()"]
     if scheme == "layerrope":
         notes.append("LayerRoPE: each layer's gain is the shared γ scaled by exp(a_mag + b_mag ln l) and rotated pairwise")

@@ -1,7 +1,7 @@
 """The memory model against a measurement on a CPU: peak resident memory of a few training steps in this
 process, beside what `trials.footprint` predicts for the same trial.
 
-    MALLOC_MMAP_THRESHOLD_=65536 python -m trials.memory_check --stack 2 --width 128 --depth 8 --seq-len 128 --batch 16
+    MALLOC_MMAP_THRESHOLD_=65536 sweeper bench memory --stack 2 --width 128 --depth 8 --seq-len 128 --batch 16
 
 Run it in a fresh process (the peak is the process's): with glibc mapping every allocation above 64 KiB
 on its own (`MALLOC_MMAP_THRESHOLD_`), freed tensors go back to the system and the resident peak is the
@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import resource
+from typing import Any
 
 import torch
 
 from models import ModelConfig, count_params
-from trials.bench import advance
+from sweeper.bench.trial import advance
 from trials.config import DataConfig, DivergenceConfig, TrainConfig
 from trials.footprint import TrialShape, footprint
 from trials.spec import TrialSpec
@@ -34,13 +34,13 @@ def resident_bytes() -> int:
         return int(f.read().split()[1]) * resource.getpagesize()
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    for name, default in (("stack", 2), ("width", 128), ("depth", 8), ("seq-len", 128), ("batch", 16), ("vocab", 4096),
-                          ("micro-batch", 0), ("steps", 3)):
-        p.add_argument(f"--{name}", type=int, default=default)
-    p.add_argument("--no-fused-loss", action="store_true")
-    args = p.parse_args()
+#: the settings and their defaults (`sweeper bench memory --NAME`)
+SETTINGS = (("stack", 2), ("width", 128), ("depth", 8), ("seq_len", 128), ("batch", 16), ("vocab", 4096),
+            ("micro_batch", 0), ("steps", 3))
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """The measured peak beside the model's prediction, for `SETTINGS` (and `no_fused_loss`) read from `args`."""
     torch.set_num_threads(1)
     cfg = ModelConfig(scheme="pre", width=args.width, depth=args.depth, n_heads=max(1, args.width // 32), vocab=args.vocab,
                       seq_len=args.seq_len)
@@ -62,13 +62,10 @@ def main() -> None:
                        fused_loss=not args.no_fused_loss)
     model = footprint(shape)
     held = sum(model.per_trial.values()) + args.stack * sum(model.per_member.values())
-    print(json.dumps({
-        "settings": vars(args), "measured_peak_above_start_mib": round((peak - base) / MiB, 1),
+    settings = {name: getattr(args, name) for name, _ in SETTINGS} | {"no_fused_loss": args.no_fused_loss}
+    return {
+        "settings": settings, "measured_peak_above_start_mib": round((peak - base) / MiB, 1),
         "model_mib": round(model.total(args.stack) / MiB, 1), "model_without_fragmentation_mib": round(held / MiB, 1),
         "measured_over_model": round((peak - base) / model.total(args.stack), 3),
         "terms_mib": {k: round(v / MiB, 1) for k, v in model.terms(args.stack).items()},
-    }))
-
-
-if __name__ == "__main__":
-    main()
+    }

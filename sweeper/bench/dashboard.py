@@ -1,4 +1,4 @@
-"""The dashboard's benchmark: `python -m dashboards.bench [--points 10000] [--curve-rows 1000000]`.
+"""The dashboard's benchmark: `sweeper bench dashboard [--points 10000] [--curve-rows 1000000]`.
 
 Builds a synthetic sweep of the given size with the real StoreWriter (compactions
 included), then measures, with the goals of issue 6 in brackets:
@@ -33,7 +33,7 @@ from typing import Any
 from dashboards.data import Filters
 from dashboards.live import Dashboard
 from dashboards.server import make_server
-from dashboards.synthetic import SyntheticSpec, SyntheticSweep
+from sweeper.sim.synthetic import SyntheticSpec, SyntheticSweep
 
 METHODS = ("pre", "post", "layerrope", "deepnet")
 DEPTHS = (4, 6, 8, 12, 16, 24, 32, 48, 64, 96)
@@ -221,17 +221,8 @@ def sweep_slowdown(tmp: Path, with_dashboard: bool, spec: SyntheticSpec, work: i
     return out.get(timeout=10), cpu, polls
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dashboards.bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--points", type=int, default=10_000)
-    parser.add_argument("--curve-rows", type=int, default=1_000_000)
-    parser.add_argument("--updates", type=int, default=10, help="incremental updates to time")
-    parser.add_argument("--dir", help="build the store here (default: a temporary folder, removed after)")
-    parser.add_argument("--no-browser", action="store_true", help="skip the Chromium measurements")
-    parser.add_argument("--no-writer", action="store_true", help="skip the sweep-slowdown measurement")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
-
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Every measurement for `args` (`points`, `curve_rows`, `updates`, `dir`, `no_browser`, `no_writer`)."""
     tmp = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="dashboard-bench-"))
     report: dict[str, Any] = {}
     try:
@@ -262,11 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.dir:
             shutil.rmtree(tmp, ignore_errors=True)
-    if args.json:
-        print(json.dumps(report, indent=2, default=str))
-    else:
-        print_report(report)
-    return 0
+    return report
 
 
 def print_report(r: dict[str, Any]) -> None:
@@ -308,6 +295,3 @@ def print_report(r: dict[str, Any]) -> None:
               f"second as well ({w['slowdown'] * 100:+.1f}%); the dashboard used "
               f"{sum(w['dashboard_cpu_s']) / max(sum(w['polls']), 1) * 1000:.0f} ms CPU per poll")  # fmt: skip
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""Benchmark: how often do the 95% intervals contain the truth? `python -m sweeper.analysis.fits.coverage`.
+"""Benchmark: how often do the 95% intervals contain the truth? `sweeper bench coverage`.
 
 Draws synthetic depth sweeps with known `E + A·x^(-α)` (and a known LR law) plus Gaussian
 noise, fits each draw, and prints the share of draws whose interval contains the true E, α,
@@ -14,8 +14,9 @@ import time
 
 import numpy as np
 
-from sweeper.analysis.fits.lrlaw import fit_lr_law
 from sweeper.analysis.fits.powerlaw import SCHEMES, fit_loss_curve
+from sweeper.analysis.fits.shared import fit_shared_e
+from sweeper.stats.lrlaw import fit_lr_law
 
 DEPTHS = np.array([48, 64, 96, 128, 192, 256, 384, 512], dtype=float)
 TRUTH = {"E": 3.2, "A": 40.0, "alpha": 0.9}
@@ -60,8 +61,6 @@ SHARED_TRUTH = {"E": 3.0, "methods": {"a": (6.0, 0.5), "b": (9.0, 0.7), "c": (4.
 
 def shared_coverage(points: int, draws: int, resamples: int, noise: float, seed: int = 99) -> dict:
     """Coverage of the shared-E fit: the common E and each method's α."""
-    from sweeper.analysis.fits.shared import fit_shared_e
-
     x = DEPTHS[np.linspace(0, DEPTHS.size - 1, points).astype(int)]
     rng = np.random.default_rng(seed)
     hits = {"E": 0, **{f"alpha_{m}": 0 for m in SHARED_TRUTH["methods"]}}
@@ -75,22 +74,16 @@ def shared_coverage(points: int, draws: int, resamples: int, noise: float, seed:
     return {k: v / draws for k, v in hits.items()}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sweeper.analysis.fits.coverage", description=__doc__.splitlines()[0])
-    parser.add_argument("--draws", type=int, default=400)
-    parser.add_argument("--resamples", type=int, default=1000)
-    parser.add_argument("--noise", type=float, default=0.01, help="standard deviation of the loss noise")
-    parser.add_argument("--points", type=int, nargs="+", default=[4, 5, 6, 8])
-    parser.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=list(SCHEMES))
-    parser.add_argument("--shared-e", action="store_true", help="measure the shared-E fit (3 methods) instead")
-    args = parser.parse_args(argv)
+def print_coverage(args: argparse.Namespace) -> None:
+    """Measure and print, draw count and sizes from `args` (`draws`, `resamples`, `noise`, `points`, `schemes`,
+    `shared_e`), each line as soon as it is measured."""
     if args.shared_e:
         for points in args.points:
             started = time.perf_counter()
             cov = shared_coverage(points, args.draws, args.resamples, args.noise)
             print(f"shared E, 3 methods, {points} sizes: " + "  ".join(f"{k} {v:.3f}" for k, v in cov.items())
                   + f"  ({time.perf_counter() - started:.1f} s)")
-        return 0
+        return
     print(f"truth: L = {TRUTH['E']} + {TRUTH['A']}·x^-{TRUTH['alpha']}, noise sd {args.noise}; "
           f"{args.draws} draws, {args.resamples} resamples; depths from {DEPTHS.tolist()}")
     for scheme in args.schemes:
@@ -102,8 +95,3 @@ def main(argv: list[str] | None = None) -> int:
     for points in args.points:
         cov = lr_coverage(points, args.draws, args.resamples)
         print(f"LR law residual      {points} sizes: " + "  ".join(f"{k} {v:.3f}" for k, v in cov.items()))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

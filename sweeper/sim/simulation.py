@@ -3,7 +3,7 @@
 Everything but the trial is real: the plan, Ray Tune with a virtual pool (the surface's `pool`:
 N GPUs as Ray resources on this node, so GPU fractions, `by_size`, `concurrency: auto` and
 `stack: auto` pack as they would on a cluster), the ledger, the store, resume, `status`, `optima`,
-`fit` and the dashboard. The trial is `trials.simulated`: it sleeps its simulated duration and
+`fit` and the dashboard. The trial is `sweeper.sim.trial`: it sleeps its simulated duration and
 reports the surface's losses.
 
 A simulated sweep is marked everywhere: the manifest's `simulated` entry, every cell's
@@ -26,18 +26,19 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sweeper.errors import UserError
+from sweeper.core.errors import UserError
+from sweeper.core.ids import cell_of
 from sweeper.search.planner import Plan, fingerprint_of
-from trials.simulated import SimulatedCell
 from sweeper.search.replay import load_table
-from trials.surface import RecordedGrid, Surface, SurfaceTable
+from sweeper.search.recorded import RecordedGroup
+from sweeper.sim.surface import Surface, SurfaceTable
+from sweeper.sim.trial import SimulatedCell
+from sweeper.spec.schema import problems_from, user_error
+from sweeper.spec.yamlio import YamlProblem, load_file
 
 
 def load_surface(path: str | Path) -> Surface:
-    """Read and validate a surface file; UserError with FILE:LINE per problem."""
-    from sweeper.spec.schema import _user_error, problems_from  # the sweep file's error rendering
-    from sweeper.spec.yamlio import YamlProblem, load_file
-
+    """Read and validate a surface file; UserError with FILE:LINE per problem (as the sweep file's)."""
     label = str(path)
     if not Path(path).is_file():
         raise UserError(f"--simulate {label}: no such file")
@@ -48,14 +49,14 @@ def load_surface(path: str | Path) -> Surface:
     try:
         surface = Surface.model_validate(loaded.data)
     except ValidationError as exc:
-        raise _user_error(problems_from(exc, Surface), loaded, label) from None
+        raise user_error(problems_from(exc, Surface), loaded, label) from None
     for name, method in surface.methods.items():
         if method.table is not None:
             method.table.recorded = read_recorded(method.table, Path(path).parent, f"{label}: methods.{name}.table")
     return surface
 
 
-def read_recorded(table: SurfaceTable, base: Path, where: str) -> dict[float, RecordedGrid]:
+def read_recorded(table: SurfaceTable, base: Path, where: str) -> dict[float, RecordedGroup]:
     """Each size's recorded grid, read from the table's CSV (`sweeper replay`'s reader and checks)."""
     file = Path(table.file) if Path(table.file).is_absolute() else base / table.file
     if not file.is_file():
@@ -65,19 +66,19 @@ def read_recorded(table: SurfaceTable, base: Path, where: str) -> dict[float, Re
         recorded = load_table(file, columns, table.lr_column, table.loss_column, duplicates=table.duplicates)
     except UserError as exc:
         raise UserError(f"{where}: {exc}", details=exc.details) from None
-    by_key = {tuple(_plain(v) for v in group.key): group for group in recorded.groups}
-    grids: dict[float, RecordedGrid] = {}
+    by_key = {tuple(_plain(v) for v in group.values): group for group in recorded.groups}
+    grids: dict[float, RecordedGroup] = {}
     for size, values in table.sizes.items():
         key = tuple(_plain(values[c]) for c in columns)
         group = by_key.get(key)
         if group is None:
-            example = ", ".join(f"{c}={v}" for c, v in zip(columns, recorded.groups[0].key))
+            example = ", ".join(f"{c}={v}" for c, v in zip(columns, recorded.groups[0].values))
             raise UserError(f"{where}.sizes.{size:g}: no group with "
                             f"{', '.join(f'{c}={values[c]}' for c in columns)} in {file} "
                             f"({len(recorded.groups)} groups, e.g. {example})")
         if len(group.lrs) < 2:
             raise UserError(f"{where}.sizes.{size:g}: the group records only one learning rate; a surface needs a grid")
-        grids[size] = RecordedGrid(key=dict(zip(columns, group.key)), lrs=list(group.lrs), losses=list(group.losses))
+        grids[size] = group
     return grids
 
 
@@ -129,7 +130,7 @@ class Simulation:
         return replace(plan, cells=cells)
 
     def payload(self, plan: Plan) -> dict[str, Any]:
-        """What every simulated trial is given (`trials.simulated.simulated_trainable`)."""
+        """What every simulated trial is given (`sweeper.sim.trial.simulated_trainable`)."""
         cells = {
             c.cell_id: SimulatedCell(method=c.method, x=c.x, steps=c.steps_per_point,
                                      tokens_per_step=c.tokens_per_point // max(1, c.steps_per_point),
@@ -167,7 +168,7 @@ class GpuProbe:
         in_use = waiting = 0.0
         busy_cells = set()
         for tid, pids in live.items():
-            cid = pids[0].rsplit("/", 1)[0] if pids else None
+            cid = cell_of(pids[0]) if pids else None
             gpu = cells[cid].resources.get("GPU", 0.0) if cid in cells else 0.0
             busy_cells.add(cid)
             if tid in started:

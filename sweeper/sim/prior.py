@@ -1,6 +1,6 @@
 """Points per cell with `prior: extrapolate`, on synthetic methods: confidence vs prediction interval.
 
-    python -m sweeper.search.priorsim --yaml sweeps/quickstart.yaml --policy points=4
+    sweeper bench prior --yaml sweeps/quickstart.yaml --policy points=4
 
 Each replicate plants one method: an LR law `lr*(x) = c·x^b` over the sweep's depths, each
 depth's optimum scattered about it (log-normal, `--scatter`), and a loss landscape around
@@ -24,8 +24,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from sweeper.search.bracketing import GridPoint, LRPolicy, decide, initial_grid, predicted_grid
-from sweeper.analysis.fits.lrlaw import predict_optimal_lr
+from sweeper.core.grid import GridPoint, LRPolicy
+from sweeper.core.errors import UserError
+from sweeper.search.bracketing import decide, initial_grid, predicted_grid
+from sweeper.search.policies import sweep_policies
+from sweeper.spec.schema import load_sweep
+from sweeper.stats.lrlaw import predict_optimal_lr
 
 STEP = math.log(math.sqrt(2))  # landscape curvature is given per √2 step, as StepLaw's grids
 
@@ -118,24 +122,12 @@ def steplaw_like(optimum: float, rng: random.Random, noise: float = 0.0005) -> L
                      cliff_steps=rng.uniform(3.0, 8.0), noise=noise)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from sweeper.commands.replay import sweep_policies
-    from sweeper.spec.schema import load_sweep
-
-    parser = argparse.ArgumentParser(prog="python -m sweeper.search.priorsim", description=__doc__.splitlines()[0])
-    parser.add_argument("--yaml", required=True, help="a sweep with `model.depths` (its top-level lr policy is used)")
-    parser.add_argument("--policy", action="append", default=[], metavar="KEY=VALUE", help="override an lr key")
-    parser.add_argument("--replicates", type=int, default=200, help="planted methods per interval kind")
-    parser.add_argument("--exponent", type=float, default=-0.6, help="planted LR-law exponent in depth")
-    parser.add_argument("--scatter", type=float, default=0.2, help="sd of log optimum about the law")
-    parser.add_argument("--noise", type=float, default=0.0005, help="relative seed noise of a final loss")
-    parser.add_argument("--first-error", type=float, default=2.0,
-                        help="the smallest depth's optimum lies within this many √2 steps of the YAML's centre")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
+def print_report(args: argparse.Namespace) -> None:
+    """Plant `args.replicates` methods over the depths of `args.yaml` and print points per cell, per interval kind
+    (`args`: yaml, policy, replicates, exponent, scatter, noise, first_error, seed)."""
     depths = load_sweep(args.yaml, need_data=False).config.model.depths
     if not depths:
-        parser.error(f"{args.yaml}: needs model.depths")
+        raise UserError(f"{args.yaml}: needs model.depths")
     _, _, section = sweep_policies(args.yaml, args.policy)[0]
     policy = section.to_policy()
     extrapolate = section.prior == "extrapolate"
@@ -163,8 +155,3 @@ def main(argv: list[str] | None = None) -> int:
               f"{100 * sum(c.within_band for c in cells) / len(cells):12.1f}% "
               f"{(f'{sum(c.points for c in prior) / len(prior):.2f}' if prior else '—'):>31s} "
               f"{share('interval_covers'):>16s} {share('covered'):>16s}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

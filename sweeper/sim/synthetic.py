@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 
 from sweeper.records.durable import write_json_atomic
-from sweeper.records.ids import CellId, depth_label, loops_label
-from sweeper.records.rows import CellFacts, CellRow, CurvePoint, PointRow
-from sweeper.records.states import CellStatus, PointState
+from sweeper.core.ids import CellId, depth_label, loops_label
+from sweeper.core.rows import CellFacts, CellRow, CurvePoint, PointRow
+from sweeper.core.states import CellStatus, PointState
 from sweeper.records.store import FITS, MANIFEST, STORE_VERSION, StoreWriter
 
 T0 = 1_700_000_000.0  # a fixed start time keeps plots of a fixture byte-identical

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 _SEED = re.compile(r"^s(\d+)$")
+_DEPTH = re.compile(r"^L(\d+)$")
 _LR = "/lr="
 
 
@@ -33,6 +34,12 @@ def depth_label(depth: int) -> str:
 
 def loops_label(loops: int) -> str:
     return f"T{loops}"
+
+
+def depth_of_label(label: str) -> int | None:
+    """The number of blocks a depth sweep's size label names (`L48` -> 48); None for any other label."""
+    match = _DEPTH.match(str(label))
+    return int(match.group(1)) if match else None
 
 
 def size_labels(*, depths: Sequence[int] | None = None, loops: Sequence[int] | None = None,
@@ -102,3 +109,12 @@ def point_id(cell: str | CellId, lr: float) -> str:
 def cell_of(point: str) -> str:
     """The cell id (text) of a point id (text)."""
     return str(PointId.parse(point).cell)
+
+
+def is_point_id(text: object) -> bool:
+    """Whether `text` is a point id (`<cell id>/lr=<lr>`)."""
+    try:
+        PointId.parse(str(text))
+    except ValueError:
+        return False
+    return isinstance(text, str)

@@ -1,17 +1,17 @@
 """The trial-side checks of the GPU suite (`sweeper bench --suite gpu`), run in a worker process.
 
-    python -m trials.suite PLAN.json RESULTS.jsonl
+    sweeper bench worker PLAN.json RESULTS.jsonl     (started by the suite: `python -m sweeper.cli bench worker ...`)
 
 `PLAN.json` holds `{"checks": [{"name", "kind", "params"}, ...]}`; the worker runs them in order and
 appends one JSON line per event to `RESULTS.jsonl` (flushed at once): `{"name", "event": "start"}`
 when a check starts, then `{"name", "event": "end", "status": "done" | "error" | "skipped",
 "seconds", "result" | "error"}`. An exception ends its check only; the next one runs. Progress goes
-to stderr. The controller (`sweeper.commands.bench_suite`) watches the file, kills a check that
+to stderr. The controller (`sweeper.bench.suite`) watches the file, kills a check that
 outlives its time and starts a new worker for the checks left, and judges the figures against
 their goals (it also runs the checks that need the sweeper: the sweep, the memory model).
 
 Kinds:
-- `train`: `trials.bench.run_bench` of one shape (bf16 compiled training with evaluations on
+- `train`: `sweeper.bench.trial.run_bench` of one shape (bf16 compiled training with evaluations on
   CUDA): tokens/s, model FLOP/s against the device's nominal bf16 peak and against the matmul peak
   measured in the run, compile time, peak memory;
 - `determinism`: a small trial in `train.deterministic` mode, run twice, and run again as a
@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from models import ModelConfig
-from trials.bench import BenchSettings, memory, reset_memory_peak, run_bench
+from sweeper.bench.trial import BenchSettings, memory, reset_memory_peak, run_bench
 from trials.config import DataConfig, OptimizerConfig, ScheduleConfig, TrainConfig
 from trials.determinism import set_deterministic
 from trials.spec import TrialSpec
@@ -221,15 +221,6 @@ def run_plan(plan: dict[str, Any], results: Path) -> None:
         _clean_up()
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2:
-        print("usage: python -m trials.suite PLAN.json RESULTS.jsonl", file=sys.stderr)
-        return 2
-    plan = json.loads(Path(args[0]).read_text())
-    run_plan(plan, Path(args[1]))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+def run(plan_path: Path, results: Path) -> None:
+    """Run the checks of `plan_path` (a plan file) in order, appending their events to `results`."""
+    run_plan(json.loads(plan_path.read_text()), results)

@@ -1,8 +1,8 @@
 """A pure power law `y = c·x^b`, fitted by least squares of log y on log x, with intervals.
 
 Two uses: the plain log-log slope of loss against scale (reported next to the form with an
-irreducible term), and the optimal-LR law (`sweeper.analysis.fits.lrlaw`). Intervals come from the
-small-sample-calibrated residual bootstrap (`sweeper.analysis.fits.estimate.small_sample_factor`),
+irreducible term), and the optimal-LR law (`sweeper.stats.lrlaw`). Intervals come from the
+small-sample-calibrated residual bootstrap (`sweeper.stats.estimate.small_sample_factor`),
 which for this linear model reproduces the exact t interval under Gaussian scatter. With two
 distinct x the line passes through both points: no scatter to estimate, so no interval.
 
@@ -20,7 +20,7 @@ from typing import Literal
 
 import numpy as np
 
-from sweeper.analysis.fits.estimate import MISSING, Estimate, estimate, percentile_interval, small_sample_factor
+from sweeper.stats.estimate import MISSING, Estimate, estimate, percentile_interval, small_sample_factor
 
 EXTRAPOLATION_WARN = 4.0  # warn when a target lies more than this factor outside the fitted x
 

@@ -70,7 +70,7 @@ def small_sample_factor(dof: int, level: float = 0.95) -> float:
     4 points, 91–93% at 8 for the 3-parameter loss form). Scaling the leverage-corrected
     residuals by t_{dof}/z reproduces the exact t interval for a linear model with Gaussian
     noise, and measured 93–97% coverage for 4–8 points with the loss form
-    (`python -m sweeper.analysis.fits.coverage`).
+    (`sweeper bench coverage`).
     """
     if dof <= 0:
         return math.nan

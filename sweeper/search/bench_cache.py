@@ -10,18 +10,18 @@ The cache is one JSON file: `$LAYERROPE_SWEEPER_BENCH_CACHE`, else
 heads, sequence length, vocabulary, micro-batch, stack), the device (`cpu`, or the GPU's name)
 and the execution mode (dtype, compile, CUDA graphs, fused loss, threads); the newest
 measurement of a key replaces the older one. Standard library only.
+
+This module is the cache's format and its reader (the cost plan reads it); `sweeper.bench.cache`
+writes it (`sweeper bench` is the only writer).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
-
-from sweeper.records.durable import write_json_atomic
 
 ENV = "LAYERROPE_SWEEPER_BENCH_CACHE"
 
@@ -77,31 +77,6 @@ def load(path: Path | None = None) -> list[Measurement]:
         return [Measurement.from_dict(item) for item in raw.get("measurements", [])]
     except (OSError, ValueError, KeyError, TypeError):
         return []
-
-
-def record(measurement: Measurement, path: Path | None = None) -> Path:
-    path = path or cache_path()
-    kept = [m for m in load(path) if (m.shape, m.mode, m.device_name, m.stack, m.threads) !=
-            (measurement.shape, measurement.mode, measurement.device_name, measurement.stack, measurement.threads)]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, {"version": 1, "measurements": [m.to_dict() for m in [*kept, measurement]]})
-    return path
-
-
-def from_bench(result: dict[str, Any], command: str) -> Measurement:
-    """The cache entry of one `sweeper bench` result (`trials.bench.run_bench`)."""
-    s = result["settings"]
-    heads = s.get("heads") or max(1, int(s["width"]) // 32)
-    machine = result.get("machine") or {}
-    device = str(s["device"])
-    name = str(machine.get("gpu") or device)
-    return Measurement(
-        shape=Shape(scheme=str(s["method"]), width=int(s["width"]), depth=int(s["depth"]), heads=int(heads),
-                    seq_len=int(s["seq_len"]), vocab=int(s.get("vocab") or 256), micro_batch=s.get("micro_batch")),
-        mode=Mode(device=device, dtype=str(s["dtype"]), compile=bool(s["compile"])), device_name=name,
-        stack=int(s["stack"]), model_flops_per_s=float(result["runs"]["stack"]["model_flops_per_s"]),
-        threads=machine.get("threads"), measured_at=time.time(), command=command,
-    )
 
 
 def lookup(shape: Shape, mode: Mode, stack: int, measurements: list[Measurement]) -> Measurement | None:

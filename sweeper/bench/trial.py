@@ -12,7 +12,7 @@ the optimizer and every execution option of the sweeps) and drives its training 
    that `sweeps/depth.yaml`'s 40 batches every 500 steps take; the first evaluation (it compiles
    its own graph) runs after the warm-up steps and is reported apart; `evaluate=False` leaves
    evaluation out;
-3. a dense matmul peak (`models.bench.matmul_peak_gflops`: 1024^3 on the CPU, 8192^3 on a GPU,
+3. a dense matmul peak (`sweeper.bench.model.matmul_peak_gflops`: 1024^3 on the CPU, 8192^3 on a GPU,
    same device, dtype and threads) measured before every round and at the end.
 
 Figures (every one per member, summed over the K members of a stack):
@@ -42,7 +42,7 @@ from typing import Any
 import torch
 
 from models import ModelConfig, count_params, flops_per_token
-from models.bench import matmul_peak_gflops
+from sweeper.bench.model import matmul_peak_gflops
 from trials.config import DataConfig, DivergenceConfig, TrainConfig
 from trials.errors import TrialInputError
 from trials.footprint import TrialShape, measured_path, record_measured, shape_key

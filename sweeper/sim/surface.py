@@ -20,9 +20,9 @@ each size of the sweep names one group of the table (the values of its group col
 loss at a learning rate is the recorded one, linearly interpolated in ln lr between two recorded
 learning rates; a learning rate outside the group's recorded range is a `failed` point (as in
 `sweeper replay`: the table cannot say what it would have done). The driver reads the file
-(`sweeper.run.simulation.load_surface`) and fills `recorded`, so trials never read it.
+(`sweeper.sim.simulation.load_surface`) and fills `recorded`, so trials never read it.
 
-Pure logic: pydantic and the standard library; no torch, no Ray.
+Pure logic: pydantic and the standard library (and the recorded-table type); no torch, no Ray, no polars.
 """
 
 from __future__ import annotations
@@ -35,36 +35,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
-
-class RecordedGrid(BaseModel):
-    """One size's recorded learning rates (ascending) and final losses."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    key: dict[str, Any] = Field(default_factory=dict, description="the group's column values")
-    lrs: list[PositiveFloat]
-    losses: list[float]
-
-    @property
-    def best_index(self) -> int:
-        return min(range(len(self.lrs)), key=lambda i: (self.losses[i], self.lrs[i]))
-
-    def loss_at(self, lr: float, tolerance: float = 0.01) -> float | None:
-        """The recorded loss at `lr`, interpolated in ln lr between recorded LRs; None outside the range."""
-        lo, hi = self.lrs[0], self.lrs[-1]
-        if lr < lo / (1 + tolerance) or lr > hi * (1 + tolerance):
-            return None
-        lr = min(hi, max(lo, lr))
-        for i in range(len(self.lrs) - 1):
-            a, b = self.lrs[i], self.lrs[i + 1]
-            if a <= lr <= b:
-                w = math.log(lr / a) / math.log(b / a)
-                return (1 - w) * self.losses[i] + w * self.losses[i + 1]
-        return self.losses[0]  # a single recorded LR
+from sweeper.search.recorded import RecordedGroup
 
 
 class SurfaceTable(BaseModel):
-    """A method whose losses come from a recorded table (`sweeper replay`'s kind of CSV)."""
+    """A method whose losses come from a recorded table (`sweeper replay`'s kind of CSV; its groups are
+    `sweeper.search.recorded.RecordedGroup`s, the type replay reads too)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -74,7 +50,7 @@ class SurfaceTable(BaseModel):
     duplicates: Literal["min", "mean"] = Field("min", description="several runs of a group at one LR: keep the "
                                                                  "lowest loss or average them")
     sizes: dict[float, dict[str, Any]] = Field(description="the sweep's size x -> its group's column values")
-    recorded: dict[float, RecordedGrid] = Field(default_factory=dict,
+    recorded: dict[float, RecordedGroup] = Field(default_factory=dict,
                                                 description="filled from `file` when the surface is loaded")
 
     @model_validator(mode="after")
@@ -91,7 +67,7 @@ class SurfaceTable(BaseModel):
     def group_columns(self) -> list[str]:
         return list(next(iter(self.sizes.values())))
 
-    def grid(self, x: float) -> RecordedGrid:
+    def grid(self, x: float) -> RecordedGroup:
         for size, grid in self.recorded.items():
             if math.isclose(size, x, rel_tol=1e-9):
                 return grid
@@ -155,12 +131,12 @@ class SurfaceMethod(BaseModel):
     def valley_loss(self, x: float, lr: float) -> float | None:
         """The noise-free loss at `lr` ignoring divergence and stalls (a table: None outside its range)."""
         if self.table is not None:
-            return self.table.grid(x).loss_at(lr)
+            return self.table.grid(x).interpolated_loss(lr)
         return self.optimal_loss(x) + self.c * math.log(lr / self.optimal_lr(x)) ** 2
 
     def outside_table(self, x: float, lr: float) -> str | None:
         """Why a table method cannot say what `lr` does at size x (None: it can, or not a table)."""
-        if self.table is None or self.table.grid(x).loss_at(lr) is not None:
+        if self.table is None or self.table.grid(x).interpolated_loss(lr) is not None:
             return None
         grid = self.table.grid(x)
         return (f"simulated: lr {lr:.4g} is outside the recorded range [{grid.lrs[0]:.4g}, {grid.lrs[-1]:.4g}] "

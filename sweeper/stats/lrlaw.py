@@ -1,7 +1,7 @@
 """Optimal learning rate against size: a pure power law `LR*(x) = c·x^b`, fitted in log space.
 
 Least squares of log LR* on log x (no irreducible term: the optimum LR keeps falling with
-size), with the calibrated residual bootstrap of `sweeper.analysis.fits.loglog`. With two sizes the
+size), with the calibrated residual bootstrap of `sweeper.stats.loglog`. With two sizes the
 line passes through both points and there is no interval.
 
 `predict_optimal_lr` is the planner's entry point for `prior: extrapolate`: it returns None
@@ -21,8 +21,8 @@ from typing import Literal
 
 import numpy as np
 
-from sweeper.analysis.fits.estimate import width_warnings
-from sweeper.analysis.fits.loglog import EXTRAPOLATION_WARN, PowerLawFit, fit_power_law
+from sweeper.stats.estimate import width_warnings
+from sweeper.stats.loglog import EXTRAPOLATION_WARN, PowerLawFit, fit_power_law
 
 __all__ = ["EXTRAPOLATION_WARN", "LRLawFit", "LRPrediction", "fit_lr_law", "predict_optimal_lr"]
 
@@ -89,7 +89,7 @@ def predict_optimal_lr(
     exactly two sizes, `lo` and `hi` are None (no scatter to estimate: do not narrow the
     grid). Sizes and target must be on the same axis (depths, or parameter counts).
     `interval="confidence"` returns the law's own band instead (what the planner used before;
-    kept for comparison by `python -m sweeper.search.priorsim`).
+    kept for comparison by `sweeper bench prior`).
     """
     if not (math.isfinite(target) and target > 0):
         raise ValueError(f"target size must be finite and positive (got {target!r})")

@@ -2,7 +2,7 @@
 
 `sweeper launch SWEEP.yaml --simulate SURFACE.yaml` runs the real controller (Ray Tune, ledger,
 store, resume) with this trainable in place of `trials.ray_entry.trainable`. A trial sleeps
-each report interval's simulated duration (`trials.surface`: FLOPs over its share of the
+each report interval's simulated duration (`sweeper.sim.surface`: FLOPs over its share of the
 pool's throughput, over the time compression), reports `StepReport`s at the sweep's
 `report_every` (intervals shorter than the surface's `min_report_seconds` of wall time are
 coalesced into the next report; evaluations, checkpoints and the end always report),
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from trials.spec import MemberReport, PointResult, StepReport, TrialSpec
-from trials.surface import Surface, SurfaceMethod, diverged_step, final_loss, loss_at
+from sweeper.sim.surface import Surface, SurfaceMethod, diverged_step, final_loss, loss_at
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """How a simulated sweep did against its planted truth (a benchmark command, not a test):
 
-    python -m sweeper.run.simcheck runs/depth-sim [--band 0.25] [--json]
+    sweeper bench simcheck runs/depth-sim [--band 0.25] [--json]
 
 Reads the sweep directory (`sweeper launch ... --simulate SURFACE.yaml`), the surface it names
 in its manifest, the stored optima and `sweeper fit`'s fits (run without writing), and prints:
@@ -9,25 +9,24 @@ at its best LR (the planted, noise-free loss there over the planted optimum E + 
 method read from a recorded table, the table's loss there over the group's recorded best) and the
 distance of its best LR from lr*(x) in factor-2 steps, the share within `--band` percent, whether each method's 95% intervals of α and of the LR
 exponent cover the planted values, the launches' simulated GPU-hours, wall time and GPU-slot
-utilisation, and the ledger's and store's size; with `--timings`, how long `sweeper status`,
-`optima`, `fit` and the dashboard's first payload take on the directory.
+utilisation, and the ledger's and store's size (`check`). With `--timings`, how long `sweeper status`,
+`optima`, `fit` and the dashboard's first payload take on the directory (`sweeper.bench.readers`: it
+times the dashboard, which the simulation wing sits below).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from sweeper.records.results import optima
-from sweeper.records.store import read_manifest
-from sweeper.run.simulation import load_surface
+from sweeper.records.store import load_points, read_manifest
+from sweeper.sim.simulation import load_surface
 
 
 def folder_bytes(path: Path) -> int:
@@ -82,8 +81,6 @@ def check(sweep_dir: str, band: float = 0.25, surface_path: str | None = None) -
             }
     # GPU-hours of training, from the FLOPs each point trained (load-independent, unlike the GPU-time
     # the trials held on a machine whose overhead the time compression multiplies)
-    from sweeper.records.store import load_points  # (the store reader)
-
     points = load_points(sweep_dir).to_dicts()
     flops = sum((p.get("tokens") or 0) * (p.get("flops_per_token") or 0) for p in points)
     launches = manifest.get("launches") or []
@@ -116,52 +113,3 @@ def check(sweep_dir: str, band: float = 0.25, surface_path: str | None = None) -
         "store_bytes": folder_bytes(Path(sweep_dir) / "store"),
         "cell_rows": cells,
     }
-
-
-def reader_timings(sweep_dir: str) -> dict[str, Any]:
-    """Wall seconds of what a researcher runs against the directory: `sweeper status`, `optima` and `fit`
-    as commands (interpreter start included), and the dashboard's first full payload (its server
-    ingesting the store and building every figure, in this process: what the first page load waits for)."""
-    out: dict[str, Any] = {}
-    for name, args in (("status", ["status", sweep_dir, "--json"]), ("optima", ["optima", sweep_dir, "--format", "json"]),
-                       ("fit", ["fit", sweep_dir, "--json", "--no-write"])):
-        t = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "sweeper.cli", *args], capture_output=True, text=True)
-        out[f"{name}_seconds"] = time.perf_counter() - t
-        out[f"{name}_rc"] = done.returncode
-    # Imported here only: this benchmark measures the dashboard, which the controller never depends on
-    from dashboards.data import Filters
-    from dashboards.live import Dashboard
-
-    t = time.perf_counter()
-    dash = Dashboard(Path(sweep_dir), min_interval=0.0)
-    body, _ = dash.update(0, dash.model.epoch, Filters())
-    out["dashboard_first_payload_seconds"] = time.perf_counter() - t
-    out["dashboard_first_payload_bytes"] = len(body)
-    return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sweeper.run.simcheck", description=__doc__)
-    parser.add_argument("dir")
-    parser.add_argument("--band", type=float, default=0.25, help="percent above the planted optimum (default 0.25)")
-    parser.add_argument("--surface", help="the surface file (default: the one the manifest names)")
-    parser.add_argument("--timings", action="store_true",
-                        help="also time sweeper status / optima / fit and the dashboard's first payload on DIR")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
-    out = check(args.dir, args.band, args.surface)
-    if args.timings:
-        out["reader_timings"] = reader_timings(args.dir)
-    if args.json:
-        print(json.dumps(out, indent=2, default=str))
-        return 0
-    rows = out.pop("cell_rows")
-    for key, value in out.items():
-        print(f"{key}: {json.dumps(value, default=str)}")
-    print(f"(per cell: {len(rows)} rows; --json for them)")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

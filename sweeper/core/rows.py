@@ -6,7 +6,7 @@ ledger and the store, `repair` and the readers rebuild rows from them. Its const
 validates and normalises (a state is a `PointState`, a non-finite number is None, only an
 `ok` point has an objective). The other shapes are projections of it:
 
-- `grid_point()`: what bracketing reads (`sweeper.search.bracketing.GridPoint`);
+- `grid_point()`: what bracketing reads (`sweeper.core.grid.GridPoint`);
 - `metrics()` / `from_ledger()`: the ledger entry's `metrics` attribute and back;
 - `columns()` / `from_columns()`: a row of the store's `points` table and back
   (`POINT_COLUMNS` is that table's schema: name, type, meaning).
@@ -17,7 +17,7 @@ validates and normalises (a state is a `PointState`, a non-finite number is None
 
 A new column is a field here, declared with `column(type, meaning)`: the store's schema
 (`POINT_COLUMNS`, `CELL_COLUMNS`), `columns()` and `from_columns()` follow from it (a number the
-ledger should keep goes into `metrics()` too). Standard library and `sweeper.search.bracketing`
+ledger should keep goes into `metrics()` too). Standard library and the rest of `sweeper.core`
 only (no polars: the store maps the column types).
 """
 
@@ -30,9 +30,9 @@ from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 from typing import Any, Literal
 
-from sweeper.records.ids import CellId, PointId, canonical
-from sweeper.records.states import CellStatus, PointState
-from sweeper.search.bracketing import CellDecision, GridPoint
+from sweeper.core.ids import CellId, PointId, canonical
+from sweeper.core.states import CellStatus, PointState
+from sweeper.core.grid import CellDecision, GridPoint
 
 ColumnType = Literal["str", "int", "float"]
 
@@ -96,7 +96,7 @@ def _int(value: Any) -> int | None:
 class CellFacts:
     """What a point row and a cell row repeat about their cell."""
 
-    cell_id: str = column("str", "method/size/s<seed> (sweeper.records.ids.CellId)")
+    cell_id: str = column("str", "method/size/s<seed> (sweeper.core.ids.CellId)")
     method: str = column("str", "the sweep method (a scheme with its options)")
     family: str | None = column("str", "llama | looped | vit", default=None)
     size: str = column("str", "the size label: L<blocks> (depth sweep), T<loops> (loop-count sweep), or the size's "
@@ -154,7 +154,7 @@ class PointRow:
     cell: CellFacts
     lr: float = column("float", "the learning rate (6 significant digits)")
     state: PointState = column("str", "queued | running | ok | diverged | stalled | failed "
-                                      "(sweeper.records.states.PointState)", default=PointState.QUEUED)
+                                      "(sweeper.core.states.PointState)", default=PointState.QUEUED)
     objective: float | None = column("float", "what bracketing minimises (final eval loss, or error rate); null "
                                               "unless ok", default=None)
     loss: float | None = column("float", "final evaluation loss; null unless ok or stalled", default=None)
@@ -177,7 +177,7 @@ class PointRow:
     loss_batches: str | None = column("str", "the final evaluation's mean loss per eval batch, a JSON list (the "
                                              "same batches for every point of a sweep: differences pair up)",
                                       default=None)
-    point_id: str = field(init=False, compare=False)  # <cell id>/lr=<lr> (sweeper.records.ids.PointId)
+    point_id: str = field(init=False, compare=False)  # <cell id>/lr=<lr> (sweeper.core.ids.PointId)
 
     def __post_init__(self) -> None:
         lr = finite(self.lr)
@@ -258,7 +258,7 @@ class PointRow:
 
 
 POINT_COLUMNS: tuple[Column, ...] = (
-    Column("point_id", "str", "<cell id>/lr=<lr> (sweeper.records.ids.PointId), e.g. layerrope/L48/s0/lr=0.002"),
+    Column("point_id", "str", "<cell id>/lr=<lr> (sweeper.core.ids.PointId), e.g. layerrope/L48/s0/lr=0.002"),
     *_columns(CellFacts),
     *_columns(PointRow),
 )
@@ -274,7 +274,7 @@ class CellRow:
 
     cell: CellFacts
     status: CellStatus = column("str", "pending | running | bracketed | edge | diverged | stalled | failed | fixed "
-                                       "(sweeper.records.states.CellStatus)", default=CellStatus.PENDING)
+                                       "(sweeper.core.states.CellStatus)", default=CellStatus.PENDING)
     n_points: int = column("int", "finished points", default=0)
     n_running: int = column("int", "points a Tune trial holds", default=0)
     n_diverged: int = column("int", "diverged points", default=0)

@@ -1,8 +1,8 @@
 """Benchmarks of the networks on this machine (figures, not tests). Run one per process:
 
-    python -m models.bench deep   [--depth 512] [--scheme pre] [--batch 2] [--seq 64]
-    python -m models.bench step   [--depth 8] [--vocab 32000] [--stack 1] [--threads 2] [--scheme pre]
-    python -m models.bench plain  [--depth 8] [--vocab 256] [--threads 2]
+    sweeper bench model deep   [--depth 512] [--scheme pre] [--batch 2] [--seq 64]
+    sweeper bench model step   [--depth 8] [--vocab 32000] [--stack 1] [--threads 2] [--scheme pre]
+    sweeper bench model plain  [--depth 8] [--vocab 256] [--threads 2]
 
 `deep`: build a width-128 model (vocab 32000) and run one forward+backward on a batch of
 `batch x seq` tokens: build time, step wall time, peak resident memory (ru_maxrss of this process,
@@ -16,7 +16,6 @@ Every result is printed as one JSON line.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import statistics
@@ -221,32 +220,15 @@ def bench_plain(args: argparse.Namespace) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m models.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("which", choices=["deep", "step", "plain"])
-    parser.add_argument("--depth", type=int)
-    parser.add_argument("--scheme", default="pre")
-    parser.add_argument("--batch", type=int)
-    parser.add_argument("--seq", type=int, default=64)
-    parser.add_argument("--vocab", type=int)
-    parser.add_argument("--stack", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args(argv)
+def run(which: str, args: argparse.Namespace) -> dict:
+    """One benchmark (`deep`, `step` or `plain`) with `args`' settings, the mode's defaults for those not given."""
     torch.set_num_threads(args.threads)
-    if args.which == "deep":
+    if which == "deep":
         args.depth, args.batch = args.depth or 512, args.batch or 2
         args.repeats = min(args.repeats, 3)
-        result = bench_deep(args)
-    elif args.which == "step":
+        return bench_deep(args)
+    if which == "step":
         args.depth, args.batch, args.vocab = args.depth or 8, args.batch or 8, args.vocab or 32000
-        result = bench_step(args)
-    else:
-        args.depth, args.batch, args.vocab = args.depth or 8, args.batch or 8, args.vocab or 256
-        result = bench_plain(args)
-    print(json.dumps(result))
-
-
-if __name__ == "__main__":
-    main()
+        return bench_step(args)
+    args.depth, args.batch, args.vocab = args.depth or 8, args.batch or 8, args.vocab or 256
+    return bench_plain(args)
