@@ -3,7 +3,7 @@ number is wanted), checks that span sections (a method's overrides merged, the d
 resources against the sizes, units), each scheme's options at every depth, and files the sweep names
 (`data_problems`). Each returns `Problem`s; `sweeper.spec.schema.load` gathers them all at once.
 
-The model family's own rules are marked `# family:` where they branch on its name.
+The model family's own rules come from its registry entry (`models.family`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ from typing import Annotated, Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from models.config import ModelConfig
-from models.family_settings import loop_settings, looped_depth, vit_settings
+from models.family import families, get_family
 from models.registry import get_scheme, make_scheme
 from sweeper.spec import catalog
 from sweeper.spec.schema.fields import BYTE_VOCAB, MAX_VOCAB
@@ -219,11 +218,12 @@ def cross_problems(sec: Sections, base: Path) -> list[Problem]:
         if data.source == "tokens" and model.vocab == "auto":
             out.append(Problem(("model", "vocab"), "give the vocabulary size for pre-tokenized data (source 'tokens')"))
         image_data = data.source in ("images", "builtin_images")
-        # family: vit trains on images, nothing else does
-        if model.family == "vit" and not image_data:
-            out.append(Problem(("data", "source"), f"the vit family trains on images or builtin_images (got {data.source!r})"))
-        if model.family != "vit" and image_data:
-            out.append(Problem(("data", "source"), f"image data needs model.family: vit (got {model.family!r})"))
+        if get_family(model.family).requires_image_data and not image_data:
+            out.append(Problem(("data", "source"), f"the {model.family} family trains on images or builtin_images "
+                               f"(got {data.source!r})"))
+        if not get_family(model.family).requires_image_data and image_data:
+            image_families = " or ".join(f.name for f in families() if f.requires_image_data)
+            out.append(Problem(("data", "source"), f"image data needs model.family: {image_families} (got {model.family!r})"))
     if sec.has("resources"):
         res = sec.resources
         if res.cpu == 0 and res.gpu == 0 and not res.custom:
@@ -314,7 +314,7 @@ def _depths_of(model: ModelSection) -> list[int]:
         return sorted(set(model.depths))
     if model.loops is not None:
         try:
-            return [looped_depth(model.extra)]
+            return sorted({get_family(model.family).axis_shape(model.extra, n)[0] for n in model.loops})
         except ValueError:
             return []  # reported by _family_problems
     return sorted({s.shape().depth for s in model.sizes or [] if s.shape().depth})
@@ -328,8 +328,7 @@ def _unit_problems(sec: Sections) -> list[Problem]:
     """Numbers that are valid but almost surely in the wrong unit: a token budget below one step
     (`tokens: 1.5` meaning 1.5 billion), tokens per parameter in the millions, memory in bytes or MiB."""
     out: list[Problem] = []
-    # family: a vit step is counted in images, not tokens
-    if sec.has("train", "model") and sec.model.family != "vit":
+    if sec.has("train", "model") and get_family(sec.model.family).data_kind == "tokens":  # (an image step counts images)
         per_step = sec.train.batch_size * sec.model.seq_len
         if sec.train.tokens is not None and sec.train.tokens < per_step:
             out.append(Problem(("train", "tokens"), f"{sec.train.tokens} tokens is less than one step ({per_step} tokens: "
@@ -357,7 +356,7 @@ def _shape_problems(model: ModelSection) -> list[Problem]:
     for path, width, heads in shapes:
         if width % heads:
             out.append(Problem(path, f"width {width} is not divisible by heads {heads}"))
-        elif (width // heads) % 2 and model.family != "vit":  # family: rotary embeddings need an even head size
+        elif (width // heads) % 2 and get_family(model.family).rotary:
             out.append(Problem(path, f"head size {width // heads} (width/heads) must be even for rotary embeddings"))
     return out
 
@@ -366,9 +365,10 @@ def _family_problems(model: ModelSection) -> list[Problem]:
     """Named sizes of another family, a depth sweep of the looped family, and the family's `extra` settings
     (read exactly as the models will read them)."""
     out: list[Problem] = []
-    # family: the looped family's axis
-    if model.family == "looped" and model.depths is not None:
-        return [Problem(("model", "depths"), "the looped family sweeps model.loops (loop counts) or model.sizes, not depths")]
+    family = get_family(model.family)
+    if family.size_axis != "depths" and model.depths is not None:
+        return [Problem(("model", "depths"), f"the {family.name} family sweeps model.{family.size_axis} (loop counts) "
+                        "or model.sizes, not depths")]
     depths: list[tuple[int, dict[str, Any]]] = []
     for i, size in enumerate(model.sizes or []):
         shape = size.shape()
@@ -381,13 +381,7 @@ def _family_problems(model: ModelSection) -> list[Problem]:
         depths.append((0, dict(model.extra)))
     for depth, extra in depths:
         try:
-            # family: each family's `extra` settings, read as the models read them
-            if model.family == "looped":
-                loop_settings(ModelConfig(family="looped", depth=depth or looped_depth(extra), extra=extra))
-            elif model.family == "vit":
-                vit_settings(ModelConfig(family="vit", extra=extra))
-            elif extra:
-                raise ValueError(f"model.extra: the llama family takes no extra settings (got {', '.join(sorted(extra))})")
+            family.validate_extra(extra, depth or None)  # read exactly as the models will read them
         except ValueError as exc:
             message = str(exc).removeprefix("model.extra").lstrip(".: ")
             out.append(Problem(("model", "extra"), message))

@@ -3,7 +3,7 @@
 (`RaySection`) and `tracking` (`TrackingSection` and one model per tracker). Each validates what it can
 alone; checks that need several sections or the filesystem are `sweeper.spec.schema.checks`.
 
-The model family's own rules (`family: looped` / `vit`) are marked `# family:` where they branch on its name.
+The model family's own rules come from its registry entry (`models.family`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from models.family import Family, families, get_family
 from sweeper.core.grid import LRPolicy
 from sweeper.spec import catalog
 from sweeper.spec.schema.fields import (
@@ -249,8 +250,7 @@ class SizeSpec(Strict):
 class ModelSection(Strict):
     """The network: family and shape; `depths` (a depth sweep) or `sizes` (a width ladder)."""
 
-    # family: the family Literal
-    family: Literal["llama", "looped", "vit"] = "llama"
+    family: Family = "llama"
     width: Annotated[int, Field(ge=1, le=MAX_WIDTH)] = 128
     heads: Annotated[int, Field(ge=1, le=1024)] = 4
     depths: list[Annotated[int, Field(ge=1, le=MAX_DEPTH)]] | None = Field(
@@ -311,13 +311,14 @@ class ModelSection(Strict):
     @model_validator(mode="after")
     def _one_axis(self) -> "ModelSection":
         given = [axis for axis in ("depths", "sizes", "loops") if getattr(self, axis) is not None]
-        # family: only the looped family sweeps loop counts
-        if self.loops is not None and self.family != "looped":
-            raise PydanticCustomError("axis", "model.loops (a loop-count sweep) needs family: looped")
+        loop_axis = get_family(self.family).size_axis == "loops"
+        if self.loops is not None and not loop_axis:
+            looped = " or ".join(f.name for f in families() if f.size_axis == "loops")
+            raise PydanticCustomError("axis", f"model.loops (a loop-count sweep) needs family: {looped}")
         if len(given) != 1:
             raise PydanticCustomError(
                 "axis", "give exactly one of model.depths (a depth sweep) or model.sizes (a width ladder)"
-                + (" or model.loops (a loop-count sweep)" if self.family == "looped" else "")
+                + (" or model.loops (a loop-count sweep)" if loop_axis else "")
             )
         return self
 
