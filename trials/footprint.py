@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from models.family import get_family
-from trials.data.base import cache_root, digest
+from trials.data.cache import cache_root, digest
 
 #: CPU: logits elements per chunk and member (rows x V): 2**23 fp32 = 32 MiB, ~260 rows at V = 32000. Measured
 #: on 2 Zen 4 cores (V = 32000, 1024 rows): 128-256 rows per chunk were fastest for K = 1 (20% faster than the

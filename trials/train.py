@@ -529,7 +529,7 @@ class Trial:
         cell's best: a sweep keeps each cell's best weights, and a 1.3B member is 5 GB)."""
         from safetensors.torch import save_file
 
-        from trials.data.base import write_atomic
+        from trials.data.cache import write_atomic
 
         results = self.results()
         chosen = range(len(results))

@@ -14,7 +14,8 @@ import pytest
 from trials.config import DataConfig
 from trials.data import check_vocab, open_source
 from trials.data import builtin as builtin_mod
-from trials.data.base import ArrayBatchStream, in_val_split
+from trials.data.base import ArrayBatchStream
+from trials.data.cache import in_val_split
 from trials.errors import TrialInputError
 
 

@@ -23,7 +23,7 @@ import torch
 from models import ModelConfig
 from trials.config import DataConfig, DivergenceConfig, ScheduleConfig, TrainConfig
 from trials.data import check_vocab, open_source
-from trials.data.base import in_val_split
+from trials.data.cache import in_val_split
 from trials.data.permutation import IndexPermutation
 from trials.data.prepare import PrepareSettings, prepare
 from trials.data.prepared import MANIFEST, PROGRESS, PermutedWindowStream, PreparedTokenSource

@@ -12,7 +12,8 @@ the loss of a model that learned only its frequencies (`unigram_entropy()`, `tri
 from __future__ import annotations
 
 from trials.config import DataConfig
-from trials.data.base import ArrayTokenSource, BatchStream, TokenSource, cache_root
+from trials.data.base import ArrayTokenSource, BatchStream, TokenSource
+from trials.data.cache import cache_root
 from trials.data.unigram import UnigramEntropy
 from trials.errors import TrialInputError
 

@@ -14,19 +14,13 @@ permutation (no window twice per epoch). Sequence `s` of the stream is a pure fu
 
 from __future__ import annotations
 
-import hashlib
-import os
 from abc import ABC, abstractmethod
-from functools import lru_cache
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from trials.data.unigram import UnigramEntropy, exact_tokens
 from trials.errors import TrialInputError
-
-if TYPE_CHECKING:
-    from trials.data.unigram import UnigramEntropy
 
 
 class BatchStream(ABC):
@@ -61,7 +55,7 @@ class TokenSource(ABC):
         """Held-out batches, identical for every seed, learning rate and member."""
 
     @abstractmethod
-    def unigram_entropy(self) -> "UnigramEntropy":
+    def unigram_entropy(self) -> UnigramEntropy:
         """The loss of predicting every token by its training frequency (`trials.data.unigram`)."""
 
 
@@ -152,60 +146,6 @@ class ArrayTokenSource(TokenSource):
         rows = np.stack([np.asarray(self.val[s : s + window], dtype=np.int64) for s in starts])
         return [rows[i * batch_size : (i + 1) * batch_size] for i in range(n_batches)]
 
-    def unigram_entropy(self) -> "UnigramEntropy":
+    def unigram_entropy(self) -> UnigramEntropy:
         """Exact: every training token counted (once per fingerprint; then read from the cache)."""
-        from trials.data.unigram import exact_tokens  # a module that imports this one
-
         return exact_tokens(self.fingerprint, self.train, self.vocab)
-
-
-# ---- the on-disk cache shared by the sources that tokenize once ----------------------------
-
-
-def cache_root() -> Path:
-    """Where tokenized corpora are cached: $LAYERROPE_SWEEPER_CACHE, else $XDG_CACHE_HOME or ~/.cache."""
-    env = os.environ.get("LAYERROPE_SWEEPER_CACHE")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "layerrope-sweeper"
-
-
-def digest(*parts: object) -> str:
-    """A short stable hash of a few values (cache keys)."""
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(repr(part).encode())
-        h.update(b"\x00")
-    return h.hexdigest()[:24]
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write a file so that readers see either nothing or all of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def in_val_split(key: str, val_fraction: float) -> bool:
-    """A deterministic, content-independent assignment of a document (by its key) to the validation split."""
-    h = hashlib.blake2b(key.encode(), digest_size=8).digest()
-    return int.from_bytes(h, "big") / 2.0**64 < val_fraction
-
-
-@lru_cache(maxsize=64)
-def _memmap(path: str, dtype: str, size: int, mtime_ns: int) -> np.ndarray:
-    del size, mtime_ns  # part of the cache key only
-    if os.path.getsize(path) == 0:
-        return np.empty(0, dtype=dtype)
-    return np.memmap(path, dtype=dtype, mode="r")
-
-
-def open_tokens(path: Path, dtype: str) -> np.ndarray:
-    """A read-only memory map of a token file (reused within a process)."""
-    st = path.stat()
-    return _memmap(str(path), dtype, st.st_size, st.st_mtime_ns)

@@ -24,7 +24,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from trials.data.base import ArrayTokenSource, cache_root, digest, in_val_split, open_tokens, write_atomic
+from trials.data.base import ArrayTokenSource
+from trials.data.cache import cache_root, digest, in_val_split, open_tokens, write_atomic
 from trials.errors import TrialInputError
 
 _SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__"}

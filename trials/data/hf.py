@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 
 from trials.config import DataConfig
-from trials.data.base import BatchStream, TokenSource, in_val_split, seed_words
+from trials.data.base import BatchStream, TokenSource, seed_words
+from trials.data.cache import in_val_split
 from trials.data.tokenizer import HF_EXTRA_HINT, Tokenizer, load_tokenizer
 from trials.data.unigram import HF_SAMPLE_TOKENS, UnigramEntropy, estimated_tokens
 from trials.errors import TrialInputError

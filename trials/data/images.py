@@ -42,7 +42,8 @@ from typing import Any
 import numpy as np
 
 from trials.config import DataConfig
-from trials.data.base import cache_root, digest, in_val_split, seed_words, write_atomic
+from trials.data.base import seed_words
+from trials.data.cache import cache_root, digest, in_val_split, write_atomic
 from trials.data.unigram import UnigramEntropy, class_entropy
 from trials.errors import TrialInputError
 

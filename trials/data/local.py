@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from trials.config import DataConfig
-from trials.data.base import ArrayTokenSource, cache_root, digest, in_val_split, open_tokens, write_atomic
+from trials.data.base import ArrayTokenSource
+from trials.data.cache import cache_root, digest, in_val_split, open_tokens, write_atomic
 from trials.data.prepared import PreparedTokenSource, prepared_manifest, read_manifest
 from trials.data.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer
 from trials.errors import TrialInputError

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from trials.config import DataConfig
-from trials.data.base import digest, in_val_split, write_atomic
+from trials.data.cache import digest, in_val_split, write_atomic
 from trials.data.local import _documents, _stat_signature, resolve_files
 from trials.data.prepared import FORMAT, MANIFEST, PROGRESS, VERSION, read_manifest
 from trials.data.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer, load_tokenizer

@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from trials.data.base import ArrayTokenSource, BatchStream, open_tokens, seed_words
+from trials.data.base import ArrayTokenSource, BatchStream, seed_words
+from trials.data.cache import open_tokens
 from trials.data.permutation import IndexPermutation
 from trials.errors import TrialInputError
 

@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from trials.data.base import cache_root, digest, write_atomic
+from trials.data.cache import cache_root, digest, write_atomic
 
 HF_SAMPLE_TOKENS = 1_000_000  # tokens a streamed source's estimate counts
 _COUNT_CHUNK = 1 << 24  # tokens counted per chunk of a (memory-mapped) token array
