@@ -168,8 +168,8 @@ class VisionConfig(StrictModel):
     - `cache_size`: with `crop`, the shorter side at which training images are cached whole (aspect kept),
       the image the random-resized-crop samples; default 8/7 of image_size (256 for 224);
     - `mix_per`: `device` mixes each device batch apart (DeiT: each GPU's; here each micro-batch of
-      `train.micro_batch`, else the whole batch; a stack's members see the same mixed images), `batch`
-      the whole batch at once;
+      `train.micro_batch`, else the whole batch, as for the ViT family, which takes no micro-batches
+      today; a stack's members see the same mixed images), `batch` the whole batch at once;
     - `normalize`: `imagenet` (ImageNet's mean / std, DeiT's) or `dataset` (the training images' own).
     """
 

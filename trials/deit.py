@@ -152,7 +152,8 @@ class BatchMixer:
     images, with its own mixing weight and its own choice of mixup or cutmix). One device here: a device
     batch is what the device processes in one forward pass, the micro-batch of `micro_batch` images
     (`train.micro_batch`: the same consecutive slices as the gradient accumulation, `trials.engine`),
-    or the whole batch without micro-batches. The members of a stack see the same images, mixed once:
+    or the whole batch without micro-batches (the ViT family refuses `train.micro_batch` today, its
+    drop-path masks being drawn per batch: its device batch is the whole batch). The members of a stack see the same images, mixed once:
     the stack is one device batch for each of them. `mix_per: batch` mixes the whole batch at once."""
 
     def __init__(self, recipe: VisionRecipe, classes: int, mean: tuple[float, ...], std: tuple[float, ...],
