@@ -92,13 +92,18 @@ DEIT_RECIPE: dict[str, object] = {
     "erasing_mode": "pixel",
     "erasing_count": 1,
     "repeats": 3,
+    "crop_pct": 0.875,  # evaluation: shorter side to floor(224 / 0.875) = 256, bicubic; centre crop 224
+    "cache_size": None,  # None: 8/7 of image_size (256 for 224), see VisionConfig
+    "mix_per": "device",
+    "mix_group": None,  # None: the device batch (set the run's batch / its GPU count to reproduce it on one device)
+    "normalize": "imagenet",
 }
 DEIT_DROP_PATH = 0.1  # model.extra.drop_path under `recipe: deit` unless the YAML sets it
 # Every ingredient off: what `recipe: none` (the default) gives the fields the YAML leaves unset.
 NO_RECIPE: dict[str, object] = {
     **DEIT_RECIPE,
     "label_smoothing": 0.0, "mixup": 0.0, "cutmix": 0.0, "crop": False, "flip": 0.0,
-    "randaugment": False, "erasing": 0.0, "repeats": 1,
+    "randaugment": False, "erasing": 0.0, "repeats": 1, "crop_pct": 1.0, "normalize": "dataset",
 }
 IMAGE_AUGMENTATIONS = ("crop", "flip", "randaugment", "erasing", "mixup", "cutmix")  # need the `images` extra
 
@@ -124,6 +129,11 @@ class VisionRecipe:
     erasing_count: int
     repeats: int
     workers: int
+    crop_pct: float = 1.0
+    cache_size: int | None = None
+    mix_per: str = "device"
+    normalize: str = "dataset"
+    mix_group: int | None = None
 
     @property
     def mixing(self) -> bool:
@@ -153,7 +163,19 @@ class VisionConfig(StrictModel):
     - `label_smoothing`: epsilon of the targets (inside the mixed targets when mixing is on);
     - `repeats`: repeated augmentation, each image `repeats` times per epoch with different augmentations
       (timm's RepeatAugSampler; an epoch then holds 1/repeats of the images, each `repeats` times);
-    - `workers`: processes that augment the images of the next batches (0: in the trial's process).
+    - `workers`: processes that augment the images of the next batches (0: in the trial's process);
+    - `crop_pct`: evaluation resizes the shorter side to floor(image_size / crop_pct) (bicubic) and takes
+      the centre image_size crop (DeiT: 0.875, 256 then 224; `none`: 1); without `crop`, training
+      images get the same view;
+    - `cache_size`: with `crop`, the shorter side at which training images are cached whole (aspect kept),
+      the image the random-resized-crop samples; default 8/7 of image_size (256 for 224);
+    - `mix_per`: `device` mixes each device batch apart (DeiT: each GPU's; here each micro-batch of
+      `train.micro_batch`, else the whole batch, as for the ViT family, which takes no micro-batches
+      today; a stack's members see the same mixed images), `batch` the whole batch at once;
+    - `mix_group`: with `mix_per: device`, the images of one device batch when a multi-GPU run is
+      reproduced on fewer devices (the run's batch over its GPU count, e.g. 1024 / 8 = 128): each
+      consecutive group of this many images is mixed apart; unset, the device batch is as above;
+    - `normalize`: `imagenet` (ImageNet's mean / std, DeiT's) or `dataset` (the training images' own).
     """
 
     recipe: Literal["none", "deit"] = "none"
@@ -173,6 +195,11 @@ class VisionConfig(StrictModel):
     erasing_count: PositiveInt | None = None
     repeats: PositiveInt | None = None
     workers: Annotated[int, Field(ge=0, le=64)] = 0
+    crop_pct: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] | None = None
+    cache_size: Annotated[int, Field(ge=1, le=8192)] | None = None
+    mix_per: Literal["device", "batch"] | None = None
+    normalize: Literal["imagenet", "dataset"] | None = None
+    mix_group: Annotated[int, Field(ge=2, le=1_000_000)] | None = None
 
     @model_validator(mode="after")
     def _ordered(self) -> "VisionConfig":

@@ -5,16 +5,17 @@ Each ingredient comes from timm (which builds on torchvision), called as DeiT's 
 | ingredient | where it runs | from |
 |---|---|---|
 | random-resized-crop (bicubic), horizontal flip, RandAugment | per image, PIL, on the CPU (`workers` processes) | `timm.data.create_transform(is_training=True, use_prefetcher=True)`: `RandomResizedCropAndInterpolation`, `torchvision.transforms.RandomHorizontalFlip`, `timm.data.auto_augment.rand_augment_transform` |
-| normalisation, random erasing | per batch, on the trial's device | the training set's mean/std, `timm.data.random_erasing.RandomErasing(device=...)` (timm's prefetcher order: after normalisation) |
-| mixup / cutmix with label smoothing | per batch, on the trial's device | `timm.data.Mixup(mode="batch", label_smoothing=...)`: soft targets that sum to 1 |
+| normalisation, random erasing | per batch, on the trial's device | ImageNet's mean / std (`normalize: imagenet`), `timm.data.random_erasing.RandomErasing(device=...)` (timm's prefetcher order: after normalisation) |
+| mixup / cutmix with label smoothing | per device batch, on the trial's device | `timm.data.Mixup(mode="batch", label_smoothing=...)` called on each device batch (`mix_per: device`: each micro-batch, see `BatchMixer`): soft targets that sum to 1 |
 | soft-target cross-entropy | the model's loss | `F.cross_entropy` on probabilities: the same number as `timm.loss.SoftTargetCrossEntropy` (tests check it) |
-| repeated augmentation | the image order | `timm.data.distributed_sampler.RepeatAugSampler(num_repeats=repeats)`, one replica (so a batch holds each image `repeats` times, as DeiT's global batch does across its GPUs) |
+| repeated augmentation | the image order | `timm.data.distributed_sampler.RepeatAugSampler(num_replicas=1)`, one replica (so a batch holds each image `repeats` times, as DeiT's global batch does across its GPUs) |
 
 Determinism: every random draw of a step comes from Python's, NumPy's and torch's generators seeded
 by (cell seed, step) inside `seeded()`, which restores the process's own states afterwards; a batch is
 therefore a pure function of its step, whichever worker made it, and a resumed trial sees the same
-augmentations. The stored images are already at the model's resolution (`trials.data.images`), so
-the random-resized-crop samples that stored image, not the full-size original as DeiT's does.
+augmentations. With `crop` the random-resized-crop samples the whole training image as cached
+(`trials.data.images`: shorter side `cache_size`, 256 for a 224 px model, aspect ratio kept), not the
+full-size original DeiT reads, so a small crop is upsampled from fewer pixels than DeiT's.
 """
 
 from __future__ import annotations
@@ -96,14 +97,22 @@ def seeded(seed: int, device: torch.device | None = None) -> Iterator[None]:
 
 
 class ImageAugmenter:
-    """The per-image stage (crop, flip, RandAugment): uint8 `[B, H, W, C]` -> uint8 `[B, C, H, W]`.
+    """The per-image stage (crop, flip, RandAugment): images -> uint8 `[B, C, S, S]`.
 
-    Picklable and free of device state, so that worker processes can run it."""
+    With `crop` it takes the whole stored images (a list of uint8 `[h, w, C]`, `whole_images`) and
+    crops them; without, the views (uint8 `[B, S, S, C]`). `mean` is RandAugment's fill colour (the
+    normalisation's mean, as timm's `create_transform` is given). Picklable and free of device state,
+    so that worker processes can run it."""
 
     def __init__(self, recipe: VisionRecipe, image_size: int, channels: int, mean: tuple[float, ...]) -> None:
         self.recipe, self.image_size, self.channels = recipe, image_size, channels
         self.mean = tuple(float(m) for m in mean)  # one value per channel: RandAugment fills with it
         self._transform: Any = None
+
+    @property
+    def whole_images(self) -> bool:
+        """Whether the stage wants the whole stored images (the random-resized-crop samples them)."""
+        return self.recipe.crop
 
     @property
     def transform(self) -> Any:
@@ -112,7 +121,7 @@ class ImageAugmenter:
         if self._transform is None:
             timm = require_timm("random-resized-crop / flip / RandAugment")
             r = self.recipe
-            # crop off: a crop of the whole (square, stored at the model's size) image, i.e. none
+            # crop off: a crop of the whole view (square, at the model's size), i.e. none
             scale, ratio = (r.crop_scale, r.crop_ratio) if r.crop else ((1.0, 1.0), (1.0, 1.0))
             self._transform = timm.data.create_transform(
                 input_size=self.image_size, is_training=True, scale=scale, ratio=ratio, hflip=r.flip,
@@ -124,7 +133,7 @@ class ImageAugmenter:
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_transform": None}
 
-    def __call__(self, images: np.ndarray, seed: int) -> Tensor:
+    def __call__(self, images: np.ndarray | list[np.ndarray], seed: int) -> Tensor:
         from PIL import Image  # the images extra (Pillow); needed only when augmenting
 
         out = torch.empty((len(images), self.channels, self.image_size, self.image_size), dtype=torch.uint8)
@@ -137,11 +146,22 @@ class ImageAugmenter:
 
 
 class BatchMixer:
-    """The per-batch stage on the device: normalisation, random erasing, mixup / cutmix and the targets."""
+    """The per-batch stage on the device: normalisation, random erasing, mixup / cutmix and the targets.
+
+    Mixup / cutmix act on each *device batch* apart (`mix_per: device`, DeiT's: each GPU mixes its own
+    images, with its own mixing weight and its own choice of mixup or cutmix). One device here: a device
+    batch is what the device processes in one forward pass, the micro-batch of `micro_batch` images
+    (`train.micro_batch`: the same consecutive slices as the gradient accumulation, `trials.engine`),
+    or the whole batch without micro-batches (the ViT family refuses `train.micro_batch` today, its
+    drop-path masks being drawn per batch: its device batch is the whole batch), or groups of `mix_group`
+    images when a multi-GPU run is reproduced on one device. The members of a stack see the same images, mixed once:
+    the stack is one device batch for each of them. `mix_per: batch` mixes the whole batch at once."""
 
     def __init__(self, recipe: VisionRecipe, classes: int, mean: tuple[float, ...], std: tuple[float, ...],
-                 device: torch.device) -> None:
+                 device: torch.device, micro_batch: int | None = None) -> None:
         self.recipe, self.classes, self.device = recipe, classes, device
+        self.micro_batch = micro_batch if recipe.mix_per == "device" else None
+        self.group = (recipe.mix_group or self.micro_batch) if recipe.mix_per == "device" else None
         channels = len(mean)
         self.mean = torch.tensor(mean, dtype=torch.float32, device=device).view(1, channels, 1, 1)
         self.std = torch.tensor(std, dtype=torch.float32, device=device).view(1, channels, 1, 1)
@@ -160,6 +180,11 @@ class BatchMixer:
                 num_classes=classes,
             )
 
+    def groups(self, batch: int) -> list[tuple[int, int]]:
+        """The (start, stop) slices of the batch that are mixed apart: the device batches."""
+        step = self.group or batch
+        return [(start, min(batch, start + step)) for start in range(0, batch, step)]
+
     def __call__(self, images: Tensor, labels: Tensor, seed: int) -> tuple[Tensor, Tensor]:
         """uint8 `[B, C, H, W]` and class ids `[B]` -> (normalised, erased, mixed images; targets: class
         ids, or class probabilities `[B, classes]` when mixing)."""
@@ -169,9 +194,15 @@ class BatchMixer:
             if self.erasing is not None:
                 x = self.erasing(x)
             if self.mixup is not None:
-                if x.shape[0] % 2:
-                    raise TrialInputError(f"train.batch_size: mixup / cutmix pair the images of a batch; give an even batch size (got {x.shape[0]})")
-                return self.mixup(x, labels)
+                groups = self.groups(x.shape[0])
+                odd = sorted({stop - start for start, stop in groups if (stop - start) % 2})
+                if odd:
+                    field = ("train.vision.mix_group" if self.recipe.mix_group else
+                             "train.micro_batch" if len(groups) > 1 else "train.batch_size")
+                    raise TrialInputError(f"{field}: mixup / cutmix pair the images of each device batch; give an even "
+                                          f"size (device batches of {', '.join(map(str, odd))} images)")
+                targets = [self.mixup(x[start:stop], labels[start:stop])[1] for start, stop in groups]  # mixes x in place
+                return x, torch.cat(targets)
         return x, labels
 
 
@@ -205,13 +236,15 @@ def _worker_init(_: int) -> None:
 
 class AugmentedStream:
     """The training image stream with the per-image stage applied: `next_batch()` gives uint8
-    `[B, C, H, W]` images and int64 labels; `state()` / `load_state()` are the underlying stream's.
+    `[B, C, S, S]` images and int64 labels; `state()` / `load_state()` are the underlying stream's. The
+    stream serves what the augmenter takes: whole images with a random crop, else the views.
 
     With `workers` > 0 a DataLoader's worker processes (forked: they share the memory-mapped images)
     make the next batches ahead of the training step; a batch is a pure function of its step either way."""
 
     def __init__(self, stream: Any, augmenter: ImageAugmenter, seed: int, workers: int) -> None:
         self.stream, self.augmenter, self.seed, self.workers = stream, augmenter, seed, workers
+        stream.serve_whole(augmenter.whole_images)  # the random-resized-crop samples the whole stored image
         self._batches: Iterator[tuple[Tensor, Tensor]] | None = None
 
     @property

@@ -56,9 +56,8 @@ from trials.model_setup import recipe_model, trial_family
 from trials.noise import mean_and_se
 from trials.schedule import LRSchedule, total_steps
 from trials.config import VisionConfig
-from trials.deit import AugmentedStream, ImageAugmenter
 from trials.spec import MemberReport, PointResult, StepReport, TrialSpec
-from trials.vision import ClassificationBatches, top1_correct
+from trials.vision import ClassificationBatches, open_image_data, top1_correct
 
 Report = Callable[[StepReport], None]
 
@@ -173,22 +172,12 @@ class Trial:
 
     def _open_images(self, spec: TrialSpec) -> None:
         """ViT: the image stream, the held-out images and the batch maker (DeiT's recipe, `trials.vision`)."""
-        image = vit_settings(self.model_cfg)
-        train, seed = spec.train, data_order_seed(spec.data.seed, spec.seed)
-        recipe = (train.vision or VisionConfig()).resolved()
-        arrays = self.source.arrays(image.image_size, image.channels)  # type: ignore[attr-defined]
-        self.vision = ClassificationBatches(arrays, recipe, self.model_cfg.vocab, self.device, seed)
-        self.stream = self.source.train_stream(  # type: ignore[call-arg]
-            train.batch_size, seed, image.image_size, image.channels, repeats=recipe.repeats
-        )
-        if recipe.crop or recipe.flip > 0 or recipe.randaugment:
-            augmenter = ImageAugmenter(recipe, image.image_size, image.channels, arrays.mean)
-            augmenter.transform  # noqa: B018  # built now: a missing `images` extra fails before training
-            self.stream = AugmentedStream(self.stream, augmenter, seed, recipe.workers)
-        self.eval_data = [
-            (self.vision.eval_inputs(torch.from_numpy(x)), torch.from_numpy(y).to(self.device))
-            for x, y in self.source.eval_batches(train.eval_batches, train.batch_size, image.image_size, image.channels)  # type: ignore[call-arg]
-        ]
+        image, train = vit_settings(self.model_cfg), spec.train
+        data = open_image_data(self.source, (train.vision or VisionConfig()).resolved(), image_size=image.image_size,
+                               channels=image.channels, classes=self.model_cfg.vocab, batch_size=train.batch_size,
+                               eval_batches=train.eval_batches, seed=data_order_seed(spec.data.seed, spec.seed),
+                               device=self.device, micro_batch=train.micro_batch)
+        self.vision, self.stream, self.eval_data = data.batches, data.stream, data.eval_data
 
     def _frequency_only_loss(self) -> float:
         """The eval loss of a model that predicts by training frequencies alone (see `trials.data.unigram`)."""

@@ -30,10 +30,14 @@ import timm.loss  # noqa: E402  # after require_timm, which makes torchvision im
 DEIT = VisionConfig(recipe="deit").resolved()
 
 
+def pixels(n: int = 8, size: int = 16) -> np.ndarray:
+    return np.random.default_rng(0).integers(0, 256, (n, size, size, 3), dtype=np.uint8)
+
+
 def arrays(n: int = 8, size: int = 16) -> ImageArrays:
-    x = np.random.default_rng(0).integers(0, 256, (n, size, size, 3), dtype=np.uint8)
+    x = pixels(n, size)
     y = np.arange(n) % 4
-    return ImageArrays(x, y, x[:2], y[:2], (0.5, 0.5, 0.5), (0.25, 0.25, 0.25))
+    return ImageArrays.from_arrays(x, y, x[:2], y[:2], (0.5, 0.5, 0.5), (0.25, 0.25, 0.25))
 
 
 def tiny_spec(vision: dict | None, *, steps: int = 12, lrs: tuple[float, ...] = (2e-3,), extra: dict | None = None,
@@ -83,7 +87,7 @@ def test_every_deit_ingredient_is_on_in_the_built_trial():
 def test_mixed_targets_are_smoothed_distributions_that_sum_to_one():
     recipe = VisionConfig(recipe="deit", erasing=0.0).resolved()  # no erasing: the pixels tell mixup from cutmix
     mixer = BatchMixer(recipe, 4, (0.5,) * 3, (0.25,) * 3, torch.device("cpu"))
-    images, labels = torch.from_numpy(arrays().train_x).permute(0, 3, 1, 2), torch.from_numpy(arrays().train_y)
+    images, labels = torch.from_numpy(pixels()).permute(0, 3, 1, 2), torch.from_numpy(arrays().train_y)
     plain = (images.float() / 255 - 0.5) / 0.25
     kinds = set()
     for step in range(30):
@@ -110,13 +114,12 @@ def test_losses_equal_timms_soft_target_and_label_smoothing_losses():
         torch.testing.assert_close(soft[k], timm.loss.SoftTargetCrossEntropy()(logits[k], mixed))
         torch.testing.assert_close(smoothed[k], timm.loss.LabelSmoothingCrossEntropy(0.1)(logits[k], labels))
     batches = ClassificationBatches(arrays(), VisionConfig(label_smoothing=0.1).resolved(), 4, torch.device("cpu"), seed=0)
-    _, ids = batches.train_inputs(arrays().train_x, arrays().train_y, step=0)
+    _, ids = batches.train_inputs(pixels(), arrays().train_y, step=0)
     assert ids.dim() == 1 and batches.loss_options(ids) == {"label_smoothing": 0.1}  # smoothing without mixing
 
 
 def test_augmentation_is_a_pure_function_of_the_step_and_leaves_the_global_generators_alone():
-    a = arrays()
-    augmenter = ImageAugmenter(DEIT, 16, 3, a.mean)
+    augmenter = ImageAugmenter(DEIT, 16, 3, (0.5, 0.5, 0.5))
     random.seed(5)
     np.random.seed(5)
     torch.manual_seed(5)
@@ -124,7 +127,7 @@ def test_augmentation_is_a_pure_function_of_the_step_and_leaves_the_global_gener
     random.seed(5)
     np.random.seed(5)
     torch.manual_seed(5)
-    x1, x2, x3 = augmenter(a.train_x, 11), augmenter(a.train_x, 11), augmenter(a.train_x, 12)
+    x1, x2, x3 = augmenter(pixels(), 11), augmenter(pixels(), 11), augmenter(pixels(), 12)
     assert (random.random(), np.random.rand(), torch.rand(()).item()) == before
     assert x1.dtype == torch.uint8 and x1.shape == (8, 3, 16, 16)
     assert torch.equal(x1, x2) and not torch.equal(x1, x3)
@@ -194,7 +197,7 @@ def test_randaugment_at_full_magnitude_posterizes_to_black_as_in_deit():
     from PIL import Image
 
     op = timm.data.auto_augment.AugmentOp("PosterizeIncreasing", prob=1.0, magnitude=10)
-    out = np.asarray(op(Image.fromarray(arrays().train_x[0])))
+    out = np.asarray(op(Image.fromarray(pixels()[0])))
     assert out.shape == (16, 16, 3) and out.max() == 0
 
 
@@ -204,3 +207,18 @@ def test_grey_images_go_through_every_randaugment_op():
     augmenter = ImageAugmenter(DEIT, 16, 1, (0.5,))
     for step in range(10):  # 10 x 32 images x 2 ops of 15: every op, with near certainty
         assert augmenter(grey, step).shape == (32, 1, 16, 16)
+
+
+def test_a_deit_trial_reads_the_pipeline_its_recipe_names():
+    """The trial opens its images through the recipe: DeiT's reads the larger training cache, evaluates
+    on the resize-then-centre-crop view and normalises with ImageNet's statistics; `none` keeps the
+    dataset's statistics and the pre-cropped training images."""
+    from trials.vision import IMAGENET_MEAN
+
+    trial = Trial(tiny_spec({"recipe": "deit"}))
+    assert trial.vision.mean == IMAGENET_MEAN and trial.vision.mixer.micro_batch is None
+    assert trial.stream.stream.whole and trial.stream.stream.arrays.train.shapes[0].tolist() == [18, 18]
+    assert trial.eval_data[0][0].shape[-2:] == (16, 16)
+    plain = Trial(tiny_spec(None))
+    assert not plain.stream.whole and plain.stream.arrays.train.shapes[0].tolist() == [16, 16]
+    assert plain.vision.mean == plain.stream.arrays.mean

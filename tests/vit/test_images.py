@@ -26,6 +26,14 @@ def private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("LAYERROPE_SWEEPER_CACHE", str(tmp_path / "cache"))
 
 
+def train_views(a) -> np.ndarray:
+    return a.train_view(range(len(a.train_y)))
+
+
+def val_views(a) -> np.ndarray:
+    return a.val_view(0, len(a.val_y))
+
+
 def write_ppm(path: Path, img: np.ndarray) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     height, width, channels = img.shape
@@ -38,14 +46,14 @@ def test_builtin_images_are_deterministic_balanced_and_split():
     source = open_source(cfg)
     assert source.vocab == 6 and source.class_names[:3] == ("disk", "square", "triangle")
     a = source.arrays(16, 3)
-    assert a.train_x.shape == (270, 16, 16, 3) and a.val_x.shape == (30, 16, 16, 3) and a.train_x.dtype == np.uint8
+    assert train_views(a).shape == (270, 16, 16, 3) and val_views(a).shape == (30, 16, 16, 3) and train_views(a).dtype == np.uint8
     assert np.bincount(np.concatenate([a.train_y, a.val_y])).tolist() == [50] * 6
     again = BuiltinImages(6, 50, 0, 0.1).arrays(16, 3)
-    assert np.array_equal(a.train_x, again.train_x) and np.array_equal(a.val_y, again.val_y)
+    assert np.array_equal(train_views(a), train_views(again)) and np.array_equal(a.val_y, again.val_y)
     other = BuiltinImages(6, 50, 1, 0.1)
-    assert not np.array_equal(other.arrays(16, 3).train_x, a.train_x) and other.fingerprint != source.fingerprint
+    assert not np.array_equal(train_views(other.arrays(16, 3)), train_views(a)) and other.fingerprint != source.fingerprint
     grey = source.arrays(16, 1)
-    assert grey.train_x.shape == (270, 16, 16, 1) and len(grey.mean) == 1
+    assert train_views(grey).shape == (270, 16, 16, 1) and len(grey.mean) == 1
     assert all(0.05 < s < 0.5 for s in a.std)
 
 
@@ -95,11 +103,11 @@ def test_folder_of_ppm_images_with_hash_split_and_cache(tmp_path):
     assert source.vocab == 3 and source.class_names == ("cat", "dog", "eel")
     a = source.arrays(8, 3)
     assert len(a.train_y) + len(a.val_y) == 36 and len(a.val_y) > 0
-    assert a.train_x.shape[1:] == (8, 8, 3)
-    cache = next((tmp_path / "cache" / "images").iterdir())
-    assert (cache / "meta.json").is_file()
+    assert train_views(a).shape[1:] == (8, 8, 3)
+    caches = sorted((tmp_path / "cache" / "images").iterdir())
+    assert len(caches) == 2 and all((cache / "meta.json").is_file() for cache in caches)  # one per split
     b = open_source(cfg).arrays(8, 3)  # a second opening reads the cache
-    assert isinstance(b.train_x, np.memmap) and np.array_equal(np.asarray(b.train_x), np.asarray(a.train_x))
+    assert isinstance(b.train.data, np.memmap) and np.array_equal(train_views(b), train_views(a))
     # the fingerprint follows the content, not the resolution
     assert open_source(cfg).fingerprint == source.fingerprint
     write_ppm(root / "cat" / "extra.ppm", np.zeros((4, 4, 3), np.uint8))
@@ -114,7 +122,7 @@ def test_folder_with_separate_validation_folder(tmp_path):
     source = open_source(DataConfig(source="images", path=str(tmp_path / "train"), val_path=str(tmp_path / "val")))
     a = source.arrays(6, 3)
     assert (len(a.train_y), len(a.val_y)) == (8, 4)
-    assert a.train_x.shape[-1] == 3  # grey files served as RGB when the model wants 3 channels
+    assert train_views(a).shape[-1] == 3  # grey files served as RGB when the model wants 3 channels
     with pytest.raises(TrialInputError, match="not among"):
         (tmp_path / "val" / "zzz").mkdir()
         write_ppm(tmp_path / "val" / "zzz" / "0.ppm", np.zeros((2, 2, 3), np.uint8))
@@ -143,11 +151,11 @@ def test_npz_layouts_and_validation(tmp_path):
     np.savez(tmp_path / "a.npz", x=nchw, y=labels)
     source = open_source(DataConfig(source="images", path=str(tmp_path / "a.npz"), val_fraction=0.2))
     a = source.arrays(12, 3)
-    assert source.vocab == 4 and a.train_x.dtype == np.uint8 and len(a.train_y) + len(a.val_y) == 40
+    assert source.vocab == 4 and train_views(a).dtype == np.uint8 and len(a.train_y) + len(a.val_y) == 40
     np.savez(tmp_path / "b.npz", images=(nchw * 255).astype(np.uint8).transpose(0, 2, 3, 1), labels=labels,
              x_val=np.zeros((5, 12, 12, 3), np.uint8), y_val=np.arange(5) % 4)
     b = open_source(DataConfig(source="images", path=str(tmp_path / "b.npz"))).arrays(6, 1)
-    assert b.train_x.shape == (40, 6, 6, 1) and b.val_x.shape == (5, 6, 6, 1)
+    assert train_views(b).shape == (40, 6, 6, 1) and val_views(b).shape == (5, 6, 6, 1)
     np.savez(tmp_path / "bad.npz", x=nchw * 3, y=labels)
     with pytest.raises(TrialInputError, match=r"\[0, 1\]"):
         open_source(DataConfig(source="images", path=str(tmp_path / "bad.npz")))
