@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,8 @@ def make_spec(family: str, lrs: list[float], **train: object) -> TrialSpec:
 @pytest.mark.parametrize("family", ["looped", "llama"])
 def test_muon_with_wsd_learns(family: str) -> None:
     spec = make_spec(family, [5e-3, 2e-2])
+    again = TrialSpec.from_dict(json.loads(json.dumps(spec.to_dict())))  # as Ray ships it to a worker
+    assert again.train == spec.train and again.resume_key() == spec.resume_key()
     trial = Trial(spec)
     assert isinstance(trial.opt, StackedMuon) and trial.opt.matrices and trial.opt.adamw is not None
     assert [trial.schedule.factor(s) for s in (0, N - 1, N, 2 * N - 1)] == [1.0, 1.0, 1.0, 0.0]
