@@ -52,7 +52,7 @@ import torch
 from torch import Tensor
 
 from trials.config import MuonConfig, NSTriple
-from trials.optim import SpecLike, StackedAdamW, clip_and_mask, member_view
+from trials.optim import SpecLike, StackedAdamW, clip_and_mask
 
 #: torch.optim.Muon's quintic Newton-Schulz coefficients (torch.optim._muon DEFAULT_A, _B, _C)
 TORCH_NS_COEFFICIENTS: NSTriple = (3.4445, -4.7750, 2.0315)
