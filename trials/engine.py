@@ -124,11 +124,14 @@ def release_cached_memory(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def make_optimizer(model: Any, lrs: list[float] | Tensor, train: TrainConfig, execution: Execution, steps: int = 1) -> Any:
+def make_optimizer(model: Any, lrs: list[float] | Tensor, train: TrainConfig, execution: Execution,
+                   steps: int | None = None) -> Any:
     """The trial's stacked optimizer: AdamW, or Muon + AdamW (`optimizer.kind: muon`; `steps`, the trial's step
     count, paces Muon's linear weight-decay schedule); flat buffers on the compiled and deferred paths."""
     opt = train.optimizer
     if opt.kind == "muon":
+        if steps is None:
+            raise ValueError("make_optimizer: Muon needs the trial's step count (its weight decay's schedule)")
         rule = MuonRule.from_config(opt.muon, steps)
         if execution.flat_optimizer:
             return FlatStackedMuon(model.param_specs(), lrs, rule=rule, betas=opt.betas, eps=opt.eps,
