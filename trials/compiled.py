@@ -56,9 +56,12 @@ def private_copy(fn: Callable[..., Any]) -> Callable[..., Any]:
     return copy
 
 
-def compile_private(fn: Callable[..., Any], *, fullgraph: bool, recompile_limit: int) -> Callable[..., Any]:
-    """`torch.compile` of a private copy of `fn`, static shapes, with its own recompile limit."""
-    return torch.compile(private_copy(fn), fullgraph=fullgraph, dynamic=False, recompile_limit=recompile_limit)
+def compile_private(fn: Callable[..., Any], *, fullgraph: bool, recompile_limit: int,
+                    options: dict[str, Any] | None = None) -> Callable[..., Any]:
+    """`torch.compile` of a private copy of `fn`, static shapes, with its own recompile limit (and inductor
+    `options`, if any)."""
+    return torch.compile(private_copy(fn), fullgraph=fullgraph, dynamic=False, recompile_limit=recompile_limit,
+                         options=options)
 
 
 def compile_regions(model: nn.Module) -> int:

@@ -7,9 +7,17 @@ embeds them directly and validation stays fast. Every model forbids unknown keys
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -53,21 +61,107 @@ class DataConfig(StrictModel):
     builtin_per_class: Annotated[int, Field(ge=10, le=1_000_000)] = 1000  # `builtin_images`: images per class (train + val)
 
 
-class OptimizerConfig(StrictModel):
-    """AdamW settings shared by every learning rate of a cell."""
+NSTriple = tuple[float, float, float]
 
+
+class MuonConfig(StrictModel):
+    """Muon's settings (`train.optimizer.kind: muon`; `trials.muon`). Defaults: Parcae's official recipe.
+
+    Muon updates the 2-D hidden weight matrices (the `hidden` parameters of `param_specs()`); every other
+    parameter (embeddings, head, norms, gains, biases, LayerRoPE scalars) is updated by AdamW with
+    `train.optimizer`'s `betas`, `eps` and `weight_decay`.
+
+    - `momentum` / `nesterov`: torch.optim.Muon's momentum (an EMA of the gradients) and Nesterov look-ahead;
+    - `ns_steps`, `ns_coefficients`: the Newton-Schulz orthogonalisation: `torch` (torch.optim.Muon's quintic
+      (3.4445, -4.775, 2.0315) at every iteration), or a list of `[a, b, c]` triples, one per iteration (a
+      list of one triple: that triple at every iteration), e.g. Polar-Express coefficients;
+    - `weight_decay`: decoupled decay of the matrices (`p *= 1 - lr * wd`, torch.optim.Muon's form);
+      `cautious`: only where the update and the parameter agree in sign; `weight_decay_schedule: linear`
+      scales it by `1 - step / steps` (to 0 at the end of training), `constant` keeps it;
+    - `adjust_lr`: the shape-based LR scale of torch.optim.Muon (`original`: sqrt(max(1, fan_out / fan_in));
+      `match_rms_adamw`: 0.2 sqrt(max(fan_out, fan_in)); `none`);
+    - `swept`: which LR a point's `lr` is (`muon` or `adamw`); the other is tied to it by `adamw_lr_ratio`
+      (AdamW LR = ratio x Muon LR), or held at `other_lr` when that is given (the swept one is searched alone).
+    """
+
+    momentum: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.95
+    nesterov: bool = True
+    ns_steps: Annotated[int, Field(ge=1, le=20)] = 5
+    ns_coefficients: Literal["torch"] | Annotated[tuple[NSTriple, ...], Field(min_length=1)] = "torch"
+    weight_decay: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.2
+    cautious: bool = True
+    weight_decay_schedule: Literal["constant", "linear"] = "linear"
+    adjust_lr: Literal["original", "match_rms_adamw", "none"] = "original"
+    swept: Literal["muon", "adamw"] = "muon"
+    adamw_lr_ratio: PositiveFloat = 1.0
+    other_lr: PositiveFloat | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "MuonConfig":
+        coefficients = self.ns_coefficients
+        if not isinstance(coefficients, str) and len(coefficients) not in (1, self.ns_steps):
+            raise ValueError(
+                f"ns_coefficients: give one [a, b, c] triple (used at every iteration) or one per iteration "
+                f"(ns_steps = {self.ns_steps}); got {len(coefficients)}"
+            )
+        if self.other_lr is not None and self.adamw_lr_ratio != 1.0:
+            raise ValueError(
+                f"adamw_lr_ratio ({self.adamw_lr_ratio}) ties the two LRs, other_lr ({self.other_lr}) fixes the one not "
+                "swept: give one of them"
+            )
+        return self
+
+
+class OptimizerConfig(StrictModel):
+    """The optimizer shared by every learning rate of a cell: AdamW (`kind: adamw`, the default), or Muon
+    for the hidden matrices and AdamW for the rest (`kind: muon`, settings in `muon`). `betas`, `eps` and
+    `weight_decay` are AdamW's (with Muon: of the parameters AdamW updates); `grad_clip` is per member,
+    over all of its gradients."""
+
+    kind: Literal["adamw", "muon"] = "adamw"
     betas: tuple[Fraction, Fraction] = (0.9, 0.95)
     eps: PositiveFloat = 1e-8
     weight_decay: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.1
     grad_clip: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 1.0  # 0 disables; per member
+    # Read with kind: muon only. Accepted (and ignored) with kind: adamw, so that a sweep's method can switch
+    # a Muon recipe back to AdamW with `optimizer: {kind: adamw}` alone.
+    muon: MuonConfig = MuonConfig()
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # An AdamW optimizer dumps as it did before `kind` existed: cell fingerprints and checkpoint resume
+        # keys (hashes of these dumps) of existing AdamW sweeps stay what they were.
+        out: dict[str, Any] = handler(self)
+        if self.kind == "adamw":
+            out.pop("kind", None)
+            out.pop("muon", None)
+        return out
 
 
 class ScheduleConfig(StrictModel):
-    """Linear warmup, then cosine or linear decay to `final_fraction` of the peak LR."""
+    """Linear warmup, then cosine or linear decay to `final_fraction` of the peak LR.
+
+    With `cooldown` (WSD / trapezoid): warmup, the peak held constant, then the decay over the last
+    `cooldown` of the steps only (< 1: a fraction of the steps; >= 1: steps). Unset (the default): the
+    decay spans every step after the warmup."""
 
     warmup: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.05  # < 1: fraction of steps; >= 1: steps
     decay: Literal["cosine", "linear", "constant"] = "cosine"
     final_fraction: Fraction = 0.1
+    cooldown: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None  # < 1: fraction of steps; >= 1: steps
+
+    @model_validator(mode="after")
+    def _cooldown_decays(self) -> "ScheduleConfig":
+        if self.cooldown is not None and self.decay == "constant":
+            raise ValueError("cooldown: the decay over the last steps needs decay: linear or cosine (decay is constant)")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        if self.cooldown is None:  # as before `cooldown` existed (fingerprints, resume keys)
+            out.pop("cooldown", None)
+        return out
 
 
 Interpolation = Literal["bicubic", "bilinear", "nearest", "random"]

@@ -9,7 +9,9 @@ rounding, tested), and each is a `train` setting:
   per-layer constants in tensors, so Dynamo traces one block and every layer reuses the graph:
   compile time does not grow with depth. The optimizer becomes `FlatStackedAdamW` with its update
   compiled (one graph over 8-12 parameter groups, also depth-independent) and LRs, schedule factor
-  and bias corrections held in tensors, so a moving LR schedule never recompiles. Each compiled
+  and bias corrections held in tensors, so a moving LR schedule never recompiles. With Muon
+  (`optimizer.kind: muon`) it is `trials.flat_muon.FlatStackedMuon`, compiled the same way: one graph
+  holding the AdamW groups and each matrix group's batched Newton-Schulz. Each compiled
   function has its own cache and recompile limit (`trials.compiled`): a new stack size, depth or
   scheme in a reused Ray actor never meets a limit.
 - `fused_loss: true` (default) — the LM head and the cross-entropy in row chunks with gradients
@@ -46,8 +48,10 @@ from torch import Tensor
 
 from trials.config import TrainConfig
 from trials.errors import TrialInputError
+from trials.flat_muon import FlatStackedMuon
 from trials.flat_optim import FlatStackedAdamW
 from trials.footprint import GRAPH_POOL_MARGIN
+from trials.muon import MuonRule, StackedMuon
 from trials.optim import StackedAdamW
 
 CUDA_SYNC_EVERY = 16
@@ -120,8 +124,20 @@ def release_cached_memory(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def make_optimizer(model: Any, lrs: list[float] | Tensor, train: TrainConfig, execution: Execution) -> Any:
+def make_optimizer(model: Any, lrs: list[float] | Tensor, train: TrainConfig, execution: Execution,
+                   steps: int | None = None) -> Any:
+    """The trial's stacked optimizer: AdamW, or Muon + AdamW (`optimizer.kind: muon`; `steps`, the trial's step
+    count, paces Muon's linear weight-decay schedule); flat buffers on the compiled and deferred paths."""
     opt = train.optimizer
+    if opt.kind == "muon":
+        if steps is None:
+            raise ValueError("make_optimizer: Muon needs the trial's step count (its weight decay's schedule)")
+        rule = MuonRule.from_config(opt.muon, steps)
+        if execution.flat_optimizer:
+            return FlatStackedMuon(model.param_specs(), lrs, rule=rule, betas=opt.betas, eps=opt.eps,
+                                   weight_decay=opt.weight_decay, grad_clip=opt.grad_clip, compile=execution.compile)
+        return StackedMuon(model.param_specs(), lrs, rule=rule, betas=opt.betas, eps=opt.eps,
+                           weight_decay=opt.weight_decay, grad_clip=opt.grad_clip)
     if execution.flat_optimizer:
         return FlatStackedAdamW(model.param_specs(), lrs, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay,
                                 grad_clip=opt.grad_clip, compile=execution.compile)
@@ -163,7 +179,7 @@ class DeviceStep:
     def __init__(
         self,
         loss_fn: Callable[..., Tensor],
-        optimizer: FlatStackedAdamW,
+        optimizer: FlatStackedAdamW | FlatStackedMuon,
         autocast_dtype: torch.dtype | None,
         explode_factor: float | None,
         *,
@@ -180,7 +196,7 @@ class DeviceStep:
         self._eager_steps = 0
         self._static: dict[str, Tensor] = {}
 
-    def reset(self, optimizer: FlatStackedAdamW, init_losses: list[float | None]) -> None:
+    def reset(self, optimizer: FlatStackedAdamW | FlatStackedMuon, init_losses: list[float | None]) -> None:
         """After the stack changed (members dropped, a checkpoint restored): new buffers, new graph."""
         self.opt = optimizer
         values = [math.nan if v is None else float(v) for v in init_losses]

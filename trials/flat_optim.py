@@ -66,16 +66,42 @@ def _update(
     (lr_mult, eps_mult, decay). Written with plain tensor ops so that it runs eagerly, compiles
     to one graph, and captures in a CUDA graph (no host reads, no data-dependent branches).
     """
-    k = lrs.shape[0]
-    sq = torch.zeros(k, dtype=torch.float32, device=lrs.device)
-    for _, g, _, _ in groups:
+    norms, coef = mask_and_norms([g for _, g, _, _ in groups], active, grad_clip)
+    lr = torch.where(active, lrs * scalars[0], torch.zeros((), dtype=lrs.dtype, device=lrs.device))
+    adamw_groups(groups, settings, lr, coef, active, scalars[1], scalars[2], beta1, beta2, eps, weight_decay)
+    return norms
+
+
+def mask_and_norms(grads: list[Tensor], active: Tensor, grad_clip: float) -> tuple[Tensor, Tensor | None]:
+    """Zero the masked members' gradients in the `[n, K, ...]` buffers `grads`; return the `[K]` gradient norms
+    over all of them and the clipping coefficients (None without clipping), not yet applied."""
+    k = active.shape[0]
+    sq = torch.zeros(k, dtype=torch.float32, device=active.device)
+    for g in grads:
         # masked members first (their gradient may be NaN/Inf): zeros, as StackedAdamW's masked_fill
         g.masked_fill_(~active.view(1, k, *([1] * (g.ndim - 2))), 0.0)
         sq = sq + g.float().pow(2).sum(dim=[0, *range(2, g.ndim)])
     norms = sq.sqrt()
     coef = (grad_clip / (norms + 1e-6)).clamp(max=1.0) if grad_clip > 0 else None
-    lr = torch.where(active, lrs * scalars[0], torch.zeros((), dtype=lrs.dtype, device=lrs.device))
-    bias1, bias2_sqrt = scalars[1], scalars[2]
+    return norms, coef
+
+
+def adamw_groups(
+    groups: list[tuple[Tensor, Tensor, Tensor, Tensor]],
+    settings: tuple[tuple[float, float, bool], ...],
+    lr: Tensor,
+    coef: Tensor | None,
+    active: Tensor,
+    bias1: Tensor,
+    bias2_sqrt: Tensor,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+) -> None:
+    """The AdamW update of `groups` at the per-member `lr` (`[K]`, zero for masked members), after clipping
+    the gradients by `coef`; masked members keep their moments."""
+    k = lr.shape[0]
     for (p, g, m, v), (lr_mult, eps_mult, decay) in zip(groups, settings):
         view = (1, k, *([1] * (p.ndim - 2)))
         keep = active.view(view)
@@ -92,7 +118,17 @@ def _update(
         p.add_(update)
         m.copy_(torch.where(keep, m_new, m))
         v.copy_(torch.where(keep, v_new, v))
-    return norms
+
+
+def flatten_params(members: Sequence[SpecLike]) -> tuple[Tensor, Tensor]:
+    """Move parameters of one shape into one buffer `[n, K, ...]` (the parameters become views of it) with a twin
+    gradient buffer (their `.grad` are views of it, accumulated into in place); returns (params, grads)."""
+    params = torch.stack([s.param.detach() for s in members])
+    grads = torch.zeros_like(params)
+    for i, s in enumerate(members):
+        s.param.data = params[i]
+        s.param.grad = grads[i]
+    return params, grads
 
 
 class FlatStackedAdamW:
@@ -145,16 +181,12 @@ class FlatStackedAdamW:
         self.groups: list[FlatGroup] = []
         for (shape, dtype, lr_mult, eps_mult, decay), members in by_key.items():
             device = members[0].param.device
-            params = torch.stack([s.param.detach() for s in members])
-            grads = torch.zeros_like(params)
+            params, grads = flatten_params(members)
             if moments is None:
                 m, v = torch.zeros_like(params), torch.zeros_like(params)
             else:
                 m = torch.stack([moments[s.name][0] for s in members]).to(device)
                 v = torch.stack([moments[s.name][1] for s in members]).to(device)
-            for i, s in enumerate(members):
-                s.param.data = params[i]
-                s.param.grad = grads[i]
             self.groups.append(FlatGroup([s.name for s in members], shape, lr_mult, eps_mult, decay, params, grads, m, v))
         self._settings = tuple((g.lr_mult, g.eps_mult, g.decay) for g in self.groups)
         if self.compiled:  # one compiled update per layout, with its own cache (trials.compiled)

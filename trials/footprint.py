@@ -9,7 +9,8 @@ A trial of K members holds (bytes; `T` the tokens of one micro-step, `d` the wid
 that keep activations, `V` the vocabulary, `N` a member's parameters, `N_mm` those in matmuls):
 
 per member, all the time
-    weights, gradients and the two Adam moments in fp32: 16 N;
+    weights, gradients and the two Adam moments in fp32: 16 N; with Muon (`optimizer.kind: muon`) its
+    `N_muon` matrices keep one momentum buffer instead of two moments: 16 N - 4 N_muon;
 per member, during a forward/backward (transient)
     activations kept for the backward pass: 96 d T L in fp32 (24 values per token and layer:
     norm inputs, q/k/v, attention output, the MLP's gate/up/product, residuals), half in bf16;
@@ -87,6 +88,7 @@ class TrialShape:
     cuda: bool
     fused_loss: bool  # the fused head + loss is on (it applies to the LLaMA decoder only)
     cuda_graphs: bool = False
+    params_muon: int = 0  # of them updated by Muon (one momentum buffer each, not two moments); 0 with AdamW
 
     @property
     def fused(self) -> bool:
@@ -146,7 +148,7 @@ class Footprint:
 def footprint(shape: TrialShape) -> Footprint:
     """The model of the module docstring for one trial shape."""
     t, d, v = shape.tokens, shape.width, shape.vocab
-    state = 16 * shape.params
+    state = 16 * shape.params - 4 * shape.params_muon
     act_bytes = ACTIVATION_BYTES_PER_WIDTH // (2 if shape.bf16 else 1)
     activations = act_bytes * d * t * shape.layers
     autocast = 2 * shape.params_matmul if shape.bf16 else 0
@@ -190,7 +192,10 @@ def footprint(shape: TrialShape) -> Footprint:
 
 def shape_key(shape: TrialShape, scheme: str, compile: bool) -> str:
     """The key of a shape's measured peaks: everything the memory depends on except the stack size."""
-    return digest(sorted(asdict(shape).items()), scheme, compile)
+    fields = asdict(shape)
+    if not fields["params_muon"]:  # AdamW: the key it had before Muon existed (peaks measured then still apply)
+        del fields["params_muon"]
+    return digest(sorted(fields.items()), scheme, compile)
 
 
 def measured_path() -> Path:

@@ -42,6 +42,36 @@ class _Group:
     decay: bool
 
 
+def member_view(t: torch.Tensor, k: int, ndim: int) -> torch.Tensor:
+    """A `[K]` tensor as `[K, 1, ...]` for broadcasting against `ndim`-dimensional stacked tensors."""
+    return t.view(k, *([1] * (ndim - 1)))
+
+
+@torch.no_grad()
+def clip_and_mask(
+    grads: Sequence[torch.Tensor], k: int, active: torch.Tensor | None, grad_clip: float, device: torch.device
+) -> torch.Tensor:
+    """Zero the gradients of masked members (`active` False), then clip each member's gradient norm over all of
+    `grads` (`[K, ...]` each) to `grad_clip` (0: no clipping); return the `[K]` norms before clipping."""
+    if active is not None and not bool(active.all()):
+        for g in grads:
+            # masked_fill, not a multiply: a diverged member's gradient may hold NaN/Inf.
+            g.masked_fill_(~member_view(active, k, g.ndim), 0.0)
+    sq = torch.zeros(k, dtype=torch.float32, device=device)
+    for g in grads:
+        sq += g.detach().float().pow(2).reshape(k, -1).sum(dim=1)
+    norms = sq.sqrt()
+    if grad_clip > 0:
+        coef = (grad_clip / (norms + 1e-6)).clamp(max=1.0)
+        by_ndim: dict[int, list[torch.Tensor]] = {}
+        for g in grads:
+            by_ndim.setdefault(g.ndim, []).append(g)
+        for ndim, gs in by_ndim.items():
+            view = member_view(coef.to(gs[0].dtype), k, ndim)
+            torch._foreach_mul_(gs, [view] * len(gs))
+    return norms
+
+
 class StackedAdamW:
     def __init__(
         self,
@@ -91,23 +121,7 @@ class StackedAdamW:
     def clip_and_mask(self, active: torch.Tensor | None) -> torch.Tensor:
         """Zero the gradients of masked members, clip each member's gradient norm; return the [K] norms before clipping."""
         grads = [s.param.grad for s in self.specs if s.param.grad is not None]
-        if active is not None and not bool(active.all()):
-            for g in grads:
-                # masked_fill, not a multiply: a diverged member's gradient may hold NaN/Inf.
-                g.masked_fill_(~self._view(active, g.ndim), 0.0)
-        sq = torch.zeros(self.k, dtype=torch.float32, device=self.lrs.device)
-        for g in grads:
-            sq += g.detach().float().pow(2).reshape(self.k, -1).sum(dim=1)
-        norms = sq.sqrt()
-        if self.grad_clip > 0:
-            coef = (self.grad_clip / (norms + 1e-6)).clamp(max=1.0)
-            by_ndim: dict[int, list[torch.Tensor]] = {}
-            for g in grads:
-                by_ndim.setdefault(g.ndim, []).append(g)
-            for ndim, gs in by_ndim.items():
-                view = self._view(coef.to(gs[0].dtype), ndim)
-                torch._foreach_mul_(gs, [view] * len(gs))
-        return norms
+        return clip_and_mask(grads, self.k, active, self.grad_clip, self.lrs.device)
 
     @torch.no_grad()
     def step(self, lr_scale: float = 1.0, active: torch.Tensor | None = None) -> torch.Tensor:

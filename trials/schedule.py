@@ -7,6 +7,11 @@ tokens of one step (`batch_size x seq_len`) and rounded up.
 Schedule: a multiplier of the peak LR per step (0-based, the step about to be taken):
 linear warmup `(step + 1) / warmup` over the first `warmup` steps, then cosine or linear decay
 from 1 at the end of warmup to `final_fraction` at the last step, or constant.
+
+WSD / trapezoid (`cooldown` set): the decay starts `cooldown` steps before the end instead of at
+the end of warmup (at step `max(warmup, steps - cooldown)`, where the factor is still 1) and
+reaches `final_fraction` at the last step; between warmup and cooldown the factor is 1.
+Parcae's recipe: `{warmup: 0, decay: linear, cooldown: 0.5, final_fraction: 0}`.
 """
 
 from __future__ import annotations
@@ -26,10 +31,15 @@ def total_steps(train: TrainConfig, seq_len: int, params: int) -> int:
     return max(1, math.ceil(tokens / per_step))
 
 
+def _steps_of(value: float, steps: int) -> int:
+    """A schedule length: `value` < 1 is a fraction of `steps` (rounded), else a number of steps; at most `steps`."""
+    if value < 1:
+        return min(steps, int(round(value * steps)))
+    return min(steps, int(value))
+
+
 def warmup_steps(schedule: ScheduleConfig, steps: int) -> int:
-    if schedule.warmup < 1:
-        return min(steps, int(round(schedule.warmup * steps)))
-    return min(steps, int(schedule.warmup))
+    return _steps_of(schedule.warmup, steps)
 
 
 @dataclass(frozen=True)
@@ -38,10 +48,19 @@ class LRSchedule:
     warmup: int
     decay: str
     final_fraction: float
+    cooldown: int | None = None  # steps of the final decay (WSD); None: the decay spans everything after warmup
 
     @classmethod
     def from_config(cls, schedule: ScheduleConfig, steps: int) -> "LRSchedule":
-        return cls(steps, warmup_steps(schedule, steps), schedule.decay, schedule.final_fraction)
+        cooldown = None if schedule.cooldown is None else _steps_of(schedule.cooldown, steps)
+        return cls(steps, warmup_steps(schedule, steps), schedule.decay, schedule.final_fraction, cooldown)
+
+    @property
+    def decay_start(self) -> int:
+        """The step where the decay begins (its factor is still 1)."""
+        if self.cooldown is None:
+            return self.warmup
+        return max(self.warmup, self.steps - self.cooldown)
 
     def factor(self, step: int) -> float:
         """Multiplier of the peak LR for (0-based) `step`."""
@@ -49,8 +68,11 @@ class LRSchedule:
             return (step + 1) / self.warmup
         if self.decay == "constant":
             return 1.0
-        span = self.steps - 1 - self.warmup
-        progress = 1.0 if span <= 0 else min(1.0, (step - self.warmup) / span)
+        start = self.decay_start
+        if step < start:
+            return 1.0
+        span = self.steps - 1 - start
+        progress = 1.0 if span <= 0 else min(1.0, (step - start) / span)
         if self.decay == "linear":
             return 1.0 - (1.0 - self.final_fraction) * progress
         return self.final_fraction + (1.0 - self.final_fraction) * 0.5 * (1.0 + math.cos(math.pi * progress))

@@ -132,7 +132,7 @@ class Trial:
         self.slots = list(range(k))  # member index held by each slot of the current stack
         if self.execution.compile:
             compile_regions(self.model)
-        self.opt = make_optimizer(self.model, spec.lrs, train, self.execution)
+        self.opt = make_optimizer(self.model, spec.lrs, train, self.execution, steps=self.steps)
         self.device_step: DeviceStep | None = None
         if self.execution.deferred:
             self.device_step = DeviceStep(
