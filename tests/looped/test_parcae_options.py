@@ -255,3 +255,28 @@ def test_a_tiny_parcae_model_learns_with_the_stacked_adamw():
     model.eval()
     at = model.eval_losses(x, y)
     assert list(at) == [1, 3] and all(torch.isfinite(v).all() for v in at.values())
+
+
+def test_the_trainer_runs_every_option_micro_batched_and_resumes_exactly(tmp_path):
+    """The trial's own loop (`trials.run`): the [B, 2] plans of `training_loops` sliced by micro-batches,
+    the state draws a function of (seed, step), so a resumed trial retraces the uninterrupted one."""
+    from trials.run import run_trial
+    from trials.spec import TrialSpec
+
+    spec = TrialSpec.from_dict({
+        "model": {"family": "looped", "scheme": "layerrope", "width": 32, "depth": 4, "n_heads": 2, "vocab": 64,
+                  "seq_len": 16, "extra": {"prelude": 1, "core": 2, "coda": 1, **PARCAE, "mean_loops": 3,
+                                           "backprop_loops": 2, "max_loops": 8, "eval_loops": [1, 3]}},
+        "train": {"steps": 20, "batch_size": 8, "micro_batch": 4, "eval_every": 10, "eval_batches": 2,
+                  "checkpoint_every": 10},
+        "data": {"source": "synthetic"},
+        "divergence": {"stall_margin": None},
+        "lrs": [3e-3, 1e-2],
+    })
+    full = run_trial(spec)
+    assert [r.outcome for r in full] == ["ok", "ok"] and all(r.loss < r.init_loss for r in full)
+    stopped = run_trial(spec, checkpoint_dir=tmp_path, should_stop=iter([False] * 12 + [True]).__next__)
+    assert {r.outcome for r in stopped} == {"failed"}
+    resumed = run_trial(spec, checkpoint_dir=tmp_path)
+    for a, b in zip(full, resumed):
+        assert a.loss == pytest.approx(b.loss, rel=1e-6)
