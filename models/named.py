@@ -25,6 +25,7 @@ Names carry shapes only; the scheme is chosen per sweep method (`named_config(na
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 from typing import Any
 
@@ -72,7 +73,7 @@ def _build() -> dict[str, tuple[str, ModelConfig]]:
     configs["micro"] = ("tiny", ModelConfig(width=32, n_heads=2, depth=2, vocab=256, seq_len=32))
     for name, (width, heads, split, vocab, seq_len, official, loops) in LOOPED.items():
         blocks = dict(PARCAE_BLOCKS) if official else {}
-        extra = {"prelude": split[0], "core": split[1], "coda": split[2], **blocks, **loops}
+        extra = {"prelude": split[0], "core": split[1], "coda": split[2], **blocks, **copy.deepcopy(loops)}
         shape: dict[str, Any] = {"mlp_hidden": 4 * width, "norm_eps": 1e-5} if official else {}
         looped = ModelConfig(family="looped", width=width, n_heads=heads, depth=sum(split), vocab=vocab, seq_len=seq_len,
                              extra=extra, **shape)
