@@ -41,6 +41,8 @@ class ModelConfig:
 
     @property
     def hidden(self) -> int:
+        """`mlp_hidden`, else the SwiGLU default. A decoder with the ReLU^2 MLP (`extra.mlp: relu2`) defaults
+        to 4 d instead: its family entry's `mlp_hidden(cfg)` is the size the network builds."""
         return self.mlp_hidden if self.mlp_hidden is not None else swiglu_hidden(self.width)
 
     @property

@@ -54,10 +54,10 @@ class FamilyOptions:
 
     A new option of a family is a new field of its settings class, with its default, and one line in its
     `read`; every reader (counting, the network, the planner, `sweeper validate`) then sees it. Parcae's
-    official blocks (ReLU^2 MLP, QK-norm, value embeddings, tied embeddings, scaled-zero / orthogonal init,
-    the prelude norm) are such options of the looped family and, for its GPT baseline, of the llama family:
-    one settings base class of the decoder's block options that `LlamaSettings` and `LoopSettings` both
-    extend, read by `LlamaLM` and counted by `models.families.llama.count_decoder`, so that neither the
+    official blocks (ReLU^2 MLP, QK-norm, value embeddings, tied embeddings, scaled-zero / orthogonal init)
+    are such options of the decoder, `models.families.llama.DecoderOptions`, which `LlamaSettings` (the GPT
+    baseline) and the looped family's `LoopSettings` (adding the prelude norm, the state init and the
+    recurrence) extend; `LlamaLM` builds from them and `count_decoder` counts them, so that neither the
     trainer nor the planner gains a branch."""
 
     family: ClassVar[str] = ""
@@ -102,6 +102,13 @@ def read_float(family: str, extra: Mapping[str, Any], key: str, default: float, 
         bound = f"{'>' if lo_open else '>='} {lo:g}" + (f" and <= {hi:g}" if hi is not None else "")
         raise ValueError(f"model.extra.{key} for the {family} family must be a number {bound}, got {value!r}")
     return float(value)
+
+
+def read_bool(family: str, extra: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = extra.get(key, default)
+    if not isinstance(value, bool):
+        raise ValueError(f"model.extra.{key} for the {family} family must be true or false, got {value!r}")
+    return value
 
 
 def read_choice(family: str, extra: Mapping[str, Any], key: str, default: str, allowed: tuple[str, ...]) -> str:

@@ -89,16 +89,22 @@ def project_out(
 
 class Attention(nn.Module):
     """Multi-head attention with RoPE: fused `qkv` `[K, d, 3d]` (columns q | k | v, heads contiguous
-    within each), output projection `o` `[K, d, d]`. No biases."""
+    within each), output projection `o` `[K, d, d]`. No biases.
 
-    def __init__(self, width: int, n_heads: int, *, stack: int, causal: bool = True) -> None:
+    `qk_norm_eps`: RMSNorm (no gain) of every head's query and key over the head dimension, before RoPE
+    (QK-norm); None: off. `forward(..., ve=)`: a value embedding `[K, B*seq_len, d]` added to the values
+    after the v projection (Parcae / nanochat's value embeddings)."""
+
+    def __init__(self, width: int, n_heads: int, *, stack: int, causal: bool = True,
+                 qk_norm_eps: float | None = None) -> None:
         super().__init__()
         self.width, self.n_heads, self.head_dim, self.causal = width, n_heads, width // n_heads, causal
+        self.qk_norm_eps = qk_norm_eps
         self.qkv = nn.Parameter(torch.empty(stack, width, 3 * width))
         self.o = nn.Parameter(torch.empty(stack, width, width))
 
     def forward(
-        self, x: Tensor, seq_len: int, rope: Rotary | None = None, *,
+        self, x: Tensor, seq_len: int, rope: Rotary | None = None, *, ve: Tensor | None = None,
         residual: Tensor | None = None, skip: float = 1.0, scale: float = 1.0,
     ) -> Tensor:
         """`x` `[K, B*seq_len, d]` -> `[K, B*seq_len, d]`; RoPE on q and k when `rope` is given.
@@ -106,9 +112,14 @@ class Attention(nn.Module):
         k_models, n_tokens, _ = x.shape
         batch = k_models * (n_tokens // seq_len)
         qkv = torch.bmm(x, self.qkv).view(batch, seq_len, 3, self.n_heads, self.head_dim)
+        if self.qk_norm_eps is not None:  # q and k normalised per head, v as it is
+            qkv = torch.cat((rms_norm(qkv[:, :, :2], self.qk_norm_eps), qkv[:, :, 2:]), dim=2)
         if rope is not None:
             qkv = apply_rotary(qkv, rope)
-        q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))  # [K*B, H, T, hd] each
+        q, k, v = qkv.unbind(2)  # [K*B, T, H, hd] each
+        if ve is not None:
+            v = v + ve.reshape(batch, seq_len, self.n_heads, self.head_dim)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [K*B, H, T, hd] each
         y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)  # [K*B, H, T, hd]
         y = y.transpose(1, 2).reshape(k_models, n_tokens, self.width)
         return project_out(y, self.o, residual, skip, scale)
@@ -127,6 +138,21 @@ class SwiGLU(nn.Module):
         """With `residual`: `skip * residual + scale * mlp(x)` (see `project_out`)."""
         gate, up = torch.bmm(x, self.gate_up).chunk(2, dim=-1)
         return project_out(F.silu(gate) * up, self.down, residual, skip, scale)
+
+
+class ReLU2MLP(nn.Module):
+    """ReLU^2 MLP (Parcae, nanochat): `up` `[K, d, h]`, `down` `[K, h, d]`, relu(x up)^2 between them. No
+    gate, no biases."""
+
+    def __init__(self, width: int, hidden: int, *, stack: int) -> None:
+        super().__init__()
+        self.hidden = hidden
+        self.up = nn.Parameter(torch.empty(stack, width, hidden))
+        self.down = nn.Parameter(torch.empty(stack, hidden, width))
+
+    def forward(self, x: Tensor, *, residual: Tensor | None = None, skip: float = 1.0, scale: float = 1.0) -> Tensor:
+        """With `residual`: `skip * residual + scale * mlp(x)` (see `project_out`)."""
+        return project_out(F.relu(torch.bmm(x, self.up)).square(), self.down, residual, skip, scale)
 
 
 # ---- what a scheme sees of one sublayer ------------------------------------------------------------

@@ -1,32 +1,44 @@
 """The looped latent LM family (`family: looped`, Parcae-style; the network is `models.looped`): its
 settings, exact parameter counts and training FLOPs per token (no torch), and its entry.
 
-Settings (`model.extra` keys and defaults, `LoopSettings`):
+Settings (`model.extra` keys and defaults, `LoopSettings`; the decoder's block options of
+`models.families.llama` too: mlp, qk_norm, value_embeddings, tie_embeddings, init):
 
     prelude: 2, core: 2, coda: 2   distinct blocks (their sum must equal `depth`)
-    mean_loops: 8                  Poisson mean of the training loop count T
-    max_loops: 32                  T is clipped to [1, max_loops]
-    backprop_loops: 4              k: gradients flow through the last k iterations only (1..4)
-    eval_loops: 8                  T at evaluation (and whenever the model is in eval mode)
+    mean_loops: 8                  rate of the Poisson that draws the training loop count T
+    max_loops: 32                  T = min(max(Poisson(mean_loops), 1), max_loops)
+    backprop_loops: 4              k: gradients flow through the last min(T, k) iterations only (1..4)
+    eval_loops: 8                  T at evaluation: a count, or a list of counts (e.g. [1, 2, 4, 8]) at which
+                                   `LoopedLM.eval_losses` evaluates; eval mode runs the largest
     loop_sampling: per_batch       per_batch: one T for the whole batch; per_sequence: one T per sequence
     inject_dt: 1.0, inject_a: 1.0  initial step size dt and decay rate A of the re-injection
+    prelude_norm: false            an RMSNorm (with its own gain) on the prelude's output, before the injection
+    state_init: zeros              zeros: h_0 = 0; like_weights: h_0 drawn like a weight (`models.looped`)
 
-Counting (P prelude, C core, Q coda blocks, width d, MLP hidden h, vocabulary V, sequence T), with the
-decoder's conventions (`models.families.llama`: multiply-add = 2 FLOPs, backward = 2 x forward,
-attention over the full T x T matrix):
+The loop count is Parcae's "truncated Poisson" (its `poisson-truncated-full`): T ~ Poisson(mean_loops)
+raised to 1 when it is 0, and the last min(T, k) iterations carry gradients. Its mean is
+mean_loops + P(T=0) (8.000335 at 8); the upper clip at `max_loops` only bounds a step's compute (at rate 8
+and 32 it moves a mass of 3e-11).
 
-- parameters: the decoder's with depth P + C + Q, plus the re-injection `B` (d^2), `dt` and `A` (d each);
-  `nonembed` includes the re-injection. A looped model and its non-looped baseline of depth P + C + Q
-  differ by exactly d^2 + 2d.
-- training FLOPs per token, with n = 4 d^2 + 3 d h (one block's matrices), E[T] the mean training loop
-  count and E[min(T, k)] the mean number of iterations that carry gradients (k = backprop_loops; both
-  expectations over the clipped Poisson of `LoopSettings.loop_pmf`):
+Counting (P prelude, C core, Q coda blocks, width d, vocabulary V, sequence T), with the decoder's
+conventions (`models.families.llama`: multiply-add = 2 FLOPs, backward = 2 x forward, attention over the
+full T x T matrix):
+
+- parameters: the decoder's with depth P + C + Q (its block options included), plus the re-injection `B`
+  (d^2), `dt` and `A` (d each) and the prelude norm's gain (d, with `prelude_norm`); `nonembed` includes
+  them. A looped model and its non-looped baseline of depth P + C + Q with the same block options differ by
+  exactly d^2 + 2d (+ d with the prelude norm).
+- training FLOPs per token, with n = 4 d^2 + m one block's matrices (m = 3 d h SwiGLU, 2 d h ReLU^2), E[T]
+  the mean training loop count and E[min(T, k)] the mean number of iterations that carry gradients
+  (k = backprop_loops; both expectations over the clipped Poisson of `LoopSettings.loop_pmf`):
 
       6 [(P + Q) n + d V + d^2] + 2 C n (E[T] + 2 E[min(T, k)])
       + 12 (P + Q) T d + 4 C T d (E[T] + 2 E[min(T, k)])
 
   (the first T - k iterations run forward only: 2 FLOPs per parameter; the last k forward and
-  backward: 6). Evaluation cost (at `eval_loops`) is not training compute and is not counted.
+  backward: 6). These are the model's FLOPs: with `per_sequence` a batch runs as many iterations as its
+  longest sequence (the others wait, masked), so the executed compute is higher. Evaluation cost (at
+  `eval_loops`) is not training compute and is not counted.
 
 The size axis of a loop-count sweep (`model.loops`) is the mean training loop count: each cell keeps the
 blocks of `extra` and trains and evaluates at its own count.
@@ -40,15 +52,18 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from models.config import ModelConfig
-from models.families.llama import count_decoder
-from models.family import FamilyOptions, FamilySpec, check_keys, read_float, read_int, register_family
+from models.families.llama import DecoderOptions, count_decoder
+from models.family import FamilySpec, check_keys, read_bool, read_choice, read_float, read_int, register_family
 
 LoopSampling = Literal["per_batch", "per_sequence"]
+StateInit = Literal["zeros", "like_weights"]
+SAMPLINGS = ("per_batch", "per_sequence")
+STATE_INITS = ("zeros", "like_weights")
 MAX_BACKPROP_LOOPS = 4
 
 
 @dataclass(frozen=True)
-class LoopSettings(FamilyOptions):
+class LoopSettings(DecoderOptions):
     family: ClassVar[str] = "looped"
 
     prelude: int = 2
@@ -57,14 +72,21 @@ class LoopSettings(FamilyOptions):
     mean_loops: float = 8.0
     max_loops: int = 32
     backprop_loops: int = 4
-    eval_loops: int = 8
+    eval_loops: tuple[int, ...] = (8,)
     loop_sampling: LoopSampling = "per_batch"
     inject_dt: float = 1.0
     inject_a: float = 1.0
+    prelude_norm: bool = False
+    state_init: StateInit = "zeros"
 
     @property
     def blocks(self) -> int:
         return self.prelude + self.core + self.coda
+
+    @property
+    def eval_count(self) -> int:
+        """The loop count of eval mode (and of a sweep's validation loss): the largest of `eval_loops`."""
+        return max(self.eval_loops)
 
     def section(self, layer: int) -> str:
         """'prelude', 'core' or 'coda' for block `layer` (1-based position in the network)."""
@@ -107,22 +129,35 @@ class LoopSettings(FamilyOptions):
                 f"but depth is {depth} (depth counts the distinct blocks of the looped model)"
             )
         max_loops = read_int(family, extra, "max_loops", d.max_loops, 1)
-        sampling = extra.get("loop_sampling", d.loop_sampling)
-        if sampling not in ("per_batch", "per_sequence"):
-            raise ValueError(f"model.extra.loop_sampling must be 'per_batch' or 'per_sequence', got {sampling!r}")
         settings = cls(
             prelude=prelude, core=core, coda=coda,
             mean_loops=read_float(family, extra, "mean_loops", d.mean_loops, hi=float(max_loops)),
             max_loops=max_loops,
             backprop_loops=read_int(family, extra, "backprop_loops", d.backprop_loops, 1),
-            eval_loops=read_int(family, extra, "eval_loops", d.eval_loops, 1),
-            loop_sampling=sampling,
+            eval_loops=read_loop_counts(family, extra, "eval_loops", d.eval_loops),
+            loop_sampling=read_choice(family, extra, "loop_sampling", d.loop_sampling, SAMPLINGS),  # type: ignore[arg-type]
             inject_dt=read_float(family, extra, "inject_dt", d.inject_dt),
             inject_a=read_float(family, extra, "inject_a", d.inject_a),
+            prelude_norm=read_bool(family, extra, "prelude_norm", d.prelude_norm),
+            state_init=read_choice(family, extra, "state_init", d.state_init, STATE_INITS),  # type: ignore[arg-type]
+            **cls.read_blocks(extra),
         )
         if settings.backprop_loops > MAX_BACKPROP_LOOPS:
-            raise ValueError(f"model.extra.backprop_loops must be between 1 and {MAX_BACKPROP_LOOPS}, got {settings.backprop_loops}")
+            raise ValueError(
+                f"model.extra.backprop_loops must be between 1 and {MAX_BACKPROP_LOOPS}, got {settings.backprop_loops}")
         return settings
+
+
+def read_loop_counts(family: str, extra: Mapping[str, Any], key: str, default: tuple[int, ...]) -> tuple[int, ...]:
+    """A loop count >= 1 or a non-empty list of them, as a sorted tuple without repeats."""
+    value = extra.get(key, default)
+    values = [value] if isinstance(value, int) else value
+    ok = isinstance(values, (list, tuple)) and len(values) > 0
+    ok = ok and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values)
+    if not ok:
+        raise ValueError(
+            f"model.extra.{key} for the {family} family must be a loop count >= 1 or a list of them, got {value!r}")
+    return tuple(sorted(set(values)))
 
 
 def looped_depth(extra: Mapping[str, Any]) -> int:
@@ -143,13 +178,13 @@ def loop_count_shape(extra: Mapping[str, Any], loops: int) -> tuple[int, dict[st
 
 
 def count_looped(cfg: ModelConfig) -> dict[str, int]:
-    loop_settings(cfg)  # validates the split against depth
+    loops = loop_settings(cfg)  # validates the split against depth
     base = count_decoder(cfg)
     d = cfg.width
-    inject = d * d + 2 * d
+    own = d * d + 2 * d + d * int(loops.prelude_norm)  # B, dt, A and the prelude norm's gain
     return {
-        "total": base["total"] + inject,
-        "nonembed": base["nonembed"] + inject,
+        "total": base["total"] + own,
+        "nonembed": base["nonembed"] + own,
         "embedding": base["embedding"],
         "head": base["head"],
         "matmul": base["matmul"] + d * d,
@@ -158,8 +193,8 @@ def count_looped(cfg: ModelConfig) -> dict[str, int]:
 
 def flops_looped(cfg: ModelConfig, seq_len: int | None = None) -> float:
     s = loop_settings(cfg)
-    d, h, seq = cfg.width, cfg.hidden, cfg.seq_len if seq_len is None else seq_len
-    block = 4 * d * d + 3 * d * h
+    d, seq = cfg.width, cfg.seq_len if seq_len is None else seq_len
+    block = 4 * d * d + s.mlp_matrices(cfg)
     mean_loops, grad_loops = s.expected_loops()
     core_passes = mean_loops + 2.0 * grad_loops  # forward passes + backward passes (2x each)
     outer = s.prelude + s.coda
@@ -169,10 +204,15 @@ def flops_looped(cfg: ModelConfig, seq_len: int | None = None) -> float:
 
 
 def activation_layers(cfg: ModelConfig) -> int:
-    """The prelude and coda once, the core once per iteration that gradients flow through (the last
-    `backprop_loops`; earlier iterations run without gradients and keep nothing)."""
+    """The prelude and coda once, the core once per iteration that gradients flow through (at most
+    `backprop_loops`: earlier iterations run without gradients and keep nothing; with per-sequence counts
+    the batch's gradient iterations are aligned, so there are never more)."""
     loop = loop_settings(cfg)
     return loop.prelude + loop.coda + loop.core * min(loop.backprop_loops, loop.max_loops)
+
+
+def loop_hidden(cfg: ModelConfig) -> int:
+    return loop_settings(cfg).hidden(cfg)
 
 
 def blocks_label(cfg: ModelConfig) -> str:
@@ -193,6 +233,7 @@ LOOPED = register_family(FamilySpec(
     # LayerRoPE's magnitude slopes start at 0 (schemes.md)
     scheme_defaults={"mag_slope_init": 0.0},
     activation_layers=activation_layers,
+    mlp_hidden=loop_hidden,
     blocks_label=blocks_label,
     samples_loops=True,
 ))

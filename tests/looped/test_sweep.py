@@ -26,9 +26,11 @@ def test_named_looped_sizes_and_their_gpt_baselines_in_sweeper_models(capsys):
         looped, gpt = rows[name], rows[f"{name}-gpt"]
         assert (looped["family"], looped["blocks"], looped["width"], looped["ladder"]) == ("looped", split, width, "looped")
         assert gpt["family"] == "llama" and gpt["depth"] == looped["depth"] == 3 * int(split[0])
-        assert looped["params"] - gpt["params"] == width * width + 2 * width  # the re-injection B, dt, A
+        # the re-injection B, dt, A and the prelude norm's gain
+        assert looped["params"] - gpt["params"] == width * width + 3 * width
         assert looped["params"] == count_params(named_config(name))["total"]
-    assert round(rows["parcae-140M"]["params"] / 1e6) == 144
+        assert looped["mlp_hidden"] == gpt["mlp_hidden"] == 4 * width  # the ReLU^2 MLP of both
+    assert round(rows["parcae-140M"]["params"] / 1e6) == 144  # schemes.md: about 143M with its value tables
     assert {"parcae-tiny", "parcae-tiny-gpt", "ViT-T", "ViT-S", "vit-tiny"} <= set(rows)
     assert round(rows["ViT-T"]["params"] / 1e5) == 57 and round(rows["ViT-S"]["params"] / 1e6) == 22  # DeiT-Ti 5.7M, DeiT-S 22M
     assert main(["models"]) == 0
@@ -44,7 +46,8 @@ def test_study_sweeps_plan():
     assert (extra["prelude"], extra["core"], extra["coda"], extra["mean_loops"], extra["backprop_loops"]) == (4, 4, 4, 8, 4)
     baseline = build_plan(load_sweep(ROOT / "sweeps" / "parcae-baseline.yaml").config, output="/tmp/unused")
     gpt = baseline.by_id()["layerrope/parcae-370M-gpt/s0"]
-    assert gpt.family == "llama" and gpt.params == cell.params - (1024 * 1024 + 2 * 1024)
+    assert gpt.family == "llama" and gpt.params == cell.params - (1024 * 1024 + 3 * 1024)
+    assert gpt.model.extra["mlp"] == extra["mlp"] == "relu2" and gpt.model.extra["value_embeddings"]
 
 
 def test_loop_count_axis():

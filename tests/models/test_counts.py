@@ -70,7 +70,11 @@ def test_flops_per_token_formula():
         if cfg.family != "llama":
             continue  # other families document their own counts
         d, h, depth, seq = cfg.width, cfg.hidden, cfg.depth, cfg.seq_len
-        matmul_params = depth * (4 * d * d + 3 * d * h) + d * cfg.vocab
+        mlp = 3 * d * h  # SwiGLU: gate, up, down
+        if cfg.extra.get("mlp") == "relu2":  # the Parcae baselines: up, down of 4 d
+            assert h == 4 * d
+            mlp = 2 * d * h
+        matmul_params = depth * (4 * d * d + mlp) + d * cfg.vocab
         assert flops_per_token(cfg) == 6 * matmul_params + 12 * depth * seq * d, name
         assert count_params(cfg)["matmul"] == matmul_params
     cfg = named_config("w128-L48")

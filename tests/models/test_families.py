@@ -62,10 +62,14 @@ def test_registry_and_counting_import_no_torch():
 
 
 def test_options_have_defaults_and_are_validated():
-    assert LlamaSettings.keys() == () and get_family("llama").options is LlamaSettings
+    blocks = ("mlp", "qk_norm", "value_embeddings", "tie_embeddings", "init")
+    assert LlamaSettings.keys() == blocks and get_family("llama").options is LlamaSettings
+    assert LoopSettings.keys()[:3] == ("prelude", "core", "coda") and LoopSettings.keys()[-5:] == blocks
     assert LoopSettings.defaults()["mean_loops"] == 8.0 and ViTSettings.defaults()["image_size"] == 32
+    assert LlamaSettings.defaults() == {"mlp": "swiglu", "qk_norm": False, "value_embeddings": False,
+                                        "tie_embeddings": False, "init": "normal"}
     get_family("llama").validate_extra({})
-    with pytest.raises(ValueError, match=r"^model.extra: the llama family takes no extra settings \(got a, b\)$"):
+    with pytest.raises(ValueError, match=r"^model.extra for the llama family: unknown key\(s\) a, b \(allowed: mlp, qk_norm, "):
         get_family("llama").validate_extra({"b": 1, "a": 2})
     with pytest.raises(ValueError, match=r"unknown key\(s\) depth \(allowed: prelude, core, coda, mean_loops"):
         get_family("looped").validate_extra({"depth": 3})
