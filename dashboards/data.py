@@ -2,9 +2,10 @@
 every figure agrees on (size order, method colours, the scaling axis, the objective's name).
 
 `SweepData` is a plain bundle of polars frames (the `sweeper.records.store` schemas) and the fits
-dict; `load_sweep` reads it from a sweep directory with the store's loaders, and
-`SweepData.filtered` narrows it to some methods, sizes and seeds while keeping the colours
-and size shades of the whole sweep (so a filter never recolours a line).
+document (`sweeper.analysis.fits.document.FitsDocument`); `load_sweep` reads it from a sweep
+directory with the store's loaders, and `SweepData.filtered` narrows it to some methods, sizes
+and seeds while keeping the colours and size shades of the whole sweep (so a filter never
+recolours a line).
 """
 
 from __future__ import annotations
@@ -20,16 +21,16 @@ import polars as pl
 
 from dashboards import style
 from models.family import families as model_families
+from sweeper.analysis.fits.document import FitsDocument, load_fits
 from sweeper.core.ids import depth_of_label
+from sweeper.records.manifest import Manifest, read_manifest
 from sweeper.records.store import (
     CELLS_SCHEMA,
     CURVES_SCHEMA,
     POINTS_SCHEMA,
     load_cells,
     load_curves,
-    load_fits,
     load_points,
-    read_manifest,
 )
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ class SweepData:
     points: pl.DataFrame  # POINTS_SCHEMA, the latest row per point
     cells: pl.DataFrame  # CELLS_SCHEMA
     curves: pl.DataFrame  # CURVES_SCHEMA (possibly only some columns, possibly downsampled)
-    fits: dict[str, Any] | None = None
+    fits: FitsDocument | None = None
     # Facts of the whole sweep, kept when filtering so colours and shades never move:
     methods: tuple[str, ...] = ()
     sizes: tuple[str, ...] = ()  # ordered by depth, then parameters
@@ -83,7 +84,7 @@ class SweepData:
         points: pl.DataFrame,
         cells: pl.DataFrame,
         curves: pl.DataFrame,
-        fits: dict[str, Any] | None = None,
+        fits: FitsDocument | None = None,
         *,
         x_kind: str | None = None,
     ) -> SweepData:
@@ -97,7 +98,7 @@ class SweepData:
             points=points,
             cells=cells,
             curves=curves,
-            fits=fits if isinstance(fits, dict) else None,
+            fits=fits,
             methods=methods,
             sizes=tuple(order_sizes(points, cells)),
             seeds=tuple(sorted(set(points["seed"].drop_nulls().unique()) | set(cells["seed"].drop_nulls().unique()))),
@@ -109,8 +110,8 @@ class SweepData:
         if filters.is_all:
             return self
         fits = self.fits
-        if fits is not None and filters.methods is not None and isinstance(fits.get("methods"), dict):
-            fits = {**fits, "methods": {m: v for m, v in fits["methods"].items() if m in filters.methods}}
+        if fits is not None and filters.methods is not None:
+            fits = fits.for_methods(filters.methods)
         return replace(
             self,
             points=filters.mask(self.points),
@@ -210,15 +211,10 @@ def order_sizes(points: pl.DataFrame, cells: pl.DataFrame) -> list[str]:
     return sorted(keys, key=lambda s: (keys[s][0], keys[s][1], s))
 
 
-def sweep_name(sweep_dir: str | os.PathLike[str], manifest: dict[str, Any]) -> str:
+def sweep_name(sweep_dir: str | os.PathLike[str], manifest: Manifest) -> str:
     """The sweep's name as every figure and the dashboard header show it: marked when simulated."""
-    name = Path(sweep_dir).resolve().name
-    for key in ("name", "sweep", "sweep_name"):
-        value = manifest.get(key)
-        if isinstance(value, str) and value:
-            name = value
-            break
-    return f"{name} [SIMULATED: planted losses]" if manifest.get("simulated") else name
+    name = manifest.name or Path(sweep_dir).resolve().name
+    return f"{name} [SIMULATED: planted losses]" if manifest.is_simulated else name
 
 
 def load_sweep(sweep_dir: str | os.PathLike[str]) -> SweepData:
@@ -230,7 +226,7 @@ def load_sweep(sweep_dir: str | os.PathLike[str]) -> SweepData:
         load_cells(sweep_dir),
         load_curves(sweep_dir),
         load_fits(sweep_dir),
-        x_kind=manifest.get("x"),
+        x_kind=manifest.x,
     )
 
 

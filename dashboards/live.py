@@ -33,7 +33,9 @@ import polars as pl
 from dashboards import figures
 from dashboards.data import Filters, SweepData, sweep_name
 from dashboards.figures.common import present_methods, present_sizes, size_legend
+from sweeper.analysis.fits.document import FITS, FitsDocument, load_fits
 from sweeper.core.errors import UserError
+from sweeper.records.manifest import read_manifest
 from sweeper.records.store import (
     CELLS_SCHEMA,
     POINTS_SCHEMA,
@@ -41,9 +43,7 @@ from sweeper.records.store import (
     latest_chunk,
     load_cells,
     load_curves,
-    load_fits,
     load_points,
-    read_manifest,
 )
 
 CURVE_COLUMNS = ("point_id", "method", "size", "seed", "lr", "attempt", "step", "tokens", "train_loss")
@@ -69,14 +69,14 @@ class LiveModel:
         self.root = Path(sweep_dir)
         manifest = read_manifest(self.root)
         self.name = sweep_name(self.root, manifest)
-        self.x_kind = manifest.get("x")
+        self.x_kind = manifest.x
         self.epoch = secrets.token_hex(6)
         self.lock = threading.RLock()
         self.min_interval = min_interval
         self.cursor = Cursor()
         self.points = pl.DataFrame(schema=POINTS_SCHEMA)
         self.cells = pl.DataFrame(schema=CELLS_SCHEMA)
-        self.fits: dict[str, Any] | None = None
+        self.fits: FitsDocument | None = None
         self.curves: dict[Group, pl.DataFrame] = {}  # raw rows, latest attempt per point
         self.drawn: dict[Group, pl.DataFrame] = {}  # the same, downsampled to `budget` vertices per curve
         self.budget = 0
@@ -153,10 +153,9 @@ class LiveModel:
             self._cells_stat = stat
             self.cells_version += 1
             changed = True
-        stat = _stat(self.root / "fits.json")
+        stat = _stat(self.root / FITS)
         if stat != self._fits_stat:
-            fits = load_fits(self.root)
-            self.fits = fits if isinstance(fits, dict) else None
+            self.fits = load_fits(self.root)
             self._fits_stat = stat
             self.fits_version += 1
             changed = True

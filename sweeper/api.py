@@ -15,16 +15,19 @@ directory again, so a notebook cell re-run during a sweep shows its progress.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from sweeper.analysis.fits import document
+from sweeper.analysis.fits.document import FitsDocument, load_fits
+from sweeper.records.manifest import Manifest, read_manifest
 from sweeper.records.results import cell_rows
 from sweeper.records.results import optima as optima_rows
-from sweeper.records.store import load_cells, load_curves, load_fits, load_points, read_manifest
+from sweeper.records.store import load_cells, load_curves, load_points
 
 # `optima()`'s columns, in order (`sweeper.records.results.optima`'s keys).
 OPTIMA_SCHEMA: dict[str, pl.DataType] = {
@@ -38,10 +41,11 @@ OPTIMA_SCHEMA: dict[str, pl.DataType] = {
 
 
 # ----------------------------------------------------------------------------------------------
-# fits.json as typed objects (field names are the document's keys; None where it holds null)
+# fits.json as frozen objects: a reader's view of `sweeper.analysis.fits.document.FitsDocument`
+# (field names are the document's, but `loss` and `lr` for `loss_fit` and `lr_fit`; None where it holds null)
 
 
-def _float(value: Any) -> float | None:
+def _float(value: float | None) -> float | None:
     return None if value is None else float(value)
 
 
@@ -54,9 +58,9 @@ class Estimate:
     hi: float | None = None
 
     @classmethod
-    def of(cls, doc: Mapping[str, Any] | None) -> Estimate:
-        doc = doc or {}
-        return cls(_float(doc.get("value")), _float(doc.get("lo")), _float(doc.get("hi")))
+    def of(cls, est: document.EstimateValue | None) -> Estimate:
+        est = est or document.EstimateValue()
+        return cls(_float(est.value), _float(est.lo), _float(est.hi))
 
 
 @dataclass(frozen=True)
@@ -69,8 +73,8 @@ class Prediction:
     hi: float | None
 
     @classmethod
-    def of(cls, doc: Mapping[str, Any], key: str) -> Prediction:
-        return cls(float(doc["x"]), _float(doc.get(key)), _float(doc.get("lo")), _float(doc.get("hi")))
+    def of(cls, row: document.PredictionRow) -> Prediction:
+        return cls(float(row.x), _float(row.value), _float(row.lo), _float(row.hi))
 
 
 @dataclass(frozen=True)
@@ -89,14 +93,14 @@ class LossFit:
     warnings: tuple[str, ...]
 
     @classmethod
-    def of(cls, doc: Mapping[str, Any]) -> LossFit:
+    def of(cls, fit: document.LossFitSection) -> LossFit:
         return cls(
-            E=Estimate.of(doc.get("E")), A=Estimate.of(doc.get("A")), alpha=Estimate.of(doc.get("alpha")),
-            loglog_slope=Estimate.of(doc.get("loglog_slope")),
-            points=tuple((float(x), float(y)) for x, y in doc.get("points") or []),
-            targets=tuple(Prediction.of(t, "loss") for t in doc.get("targets") or []),
-            status=str(doc.get("status")), n_points=int(doc.get("n_points") or 0),
-            trustworthy=bool(doc.get("trustworthy")), warnings=tuple(doc.get("warnings") or []),
+            E=Estimate.of(fit.E), A=Estimate.of(fit.A), alpha=Estimate.of(fit.alpha),
+            loglog_slope=Estimate.of(fit.loglog_slope),
+            points=tuple((float(x), float(y)) for x, y in fit.points),  # type: ignore[arg-type]
+            targets=tuple(Prediction.of(t) for t in fit.targets),
+            status=str(fit.status), n_points=int(fit.n_points or 0),
+            trustworthy=bool(fit.trustworthy), warnings=tuple(fit.warnings),
         )
 
 
@@ -114,13 +118,14 @@ class LRFit:
     warnings: tuple[str, ...]
 
     @classmethod
-    def of(cls, doc: Mapping[str, Any]) -> LRFit:
+    def of(cls, fit: document.PowerLawSection | None) -> LRFit:
+        fit = fit or document.PowerLawSection()
         return cls(
-            coef=Estimate.of(doc.get("coef")), exponent=Estimate.of(doc.get("exponent")),
-            points=tuple((float(x), float(y)) for x, y in doc.get("points") or []),
-            targets=tuple(Prediction.of(t, "lr") for t in doc.get("targets") or []),
-            status=str(doc.get("status")), n_points=int(doc.get("n_points") or 0),
-            trustworthy=bool(doc.get("trustworthy")), warnings=tuple(doc.get("warnings") or []),
+            coef=Estimate.of(fit.coef), exponent=Estimate.of(fit.exponent),
+            points=tuple((float(x), float(y)) for x, y in fit.points),  # type: ignore[arg-type]
+            targets=tuple(Prediction.of(t) for t in fit.targets),
+            status=str(fit.status), n_points=int(fit.n_points or 0),
+            trustworthy=bool(fit.trustworthy), warnings=tuple(fit.warnings),
         )
 
 
@@ -136,10 +141,9 @@ class SizeFit:
     cells: tuple[str, ...]
 
     @classmethod
-    def of(cls, doc: Mapping[str, Any]) -> SizeFit:
-        return cls(size=str(doc["size"]), x=_float(doc.get("x")), loss=_float(doc.get("loss")),
-                   lr_opt=_float(doc.get("lr_opt")), seeds=tuple(doc.get("seeds") or []),
-                   cells=tuple(doc.get("cells") or []))
+    def of(cls, row: document.SizeRow) -> SizeFit:
+        return cls(size=str(row.size), x=_float(row.x), loss=_float(row.loss), lr_opt=_float(row.lr_opt),
+                   seeds=tuple(row.seeds), cells=tuple(row.cells))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -153,11 +157,11 @@ class MethodFits:
     compute_exponent: Estimate | None  # α of L = E + A·C^(-α); None when it could not be fitted
 
     @classmethod
-    def of(cls, method: str, doc: Mapping[str, Any]) -> MethodFits:
-        ce = doc.get("compute_exponent")
-        return cls(method=method, sizes=tuple(SizeFit.of(s) for s in doc.get("sizes") or []),
-                   loss=LossFit.of(doc.get("loss_fit") or {}), lr=LRFit.of(doc.get("lr_fit") or {}),
-                   compute_exponent=Estimate.of(ce) if ce else None)
+    def of(cls, method: str, section: document.MethodSection) -> MethodFits:
+        ce = section.compute_exponent
+        return cls(method=method, sizes=tuple(SizeFit.of(s) for s in section.sizes),
+                   loss=LossFit.of(section.loss_fit), lr=LRFit.of(section.lr_fit),
+                   compute_exponent=Estimate.of(ce) if ce is not None else None)
 
 
 @dataclass(frozen=True)
@@ -175,14 +179,13 @@ class Fits:
     document: dict[str, Any]
 
     @classmethod
-    def of(cls, doc: dict[str, Any]) -> Fits:
-        ranking = sorted(doc.get("ranking") or [], key=lambda r: r.get("rank") or 0)
+    def of(cls, doc: FitsDocument) -> Fits:
         return cls(
-            sweep=str(doc.get("sweep")), x=str(doc.get("x")), x_label=str(doc.get("x_label")),
-            targets=tuple(float(t) for t in doc.get("targets") or []),
-            methods={m: MethodFits.of(m, section) for m, section in (doc.get("methods") or {}).items()},
-            ranking=tuple(str(r["method"]) for r in ranking), warnings=tuple(doc.get("warnings") or []),
-            document=doc,
+            sweep=str(doc.sweep), x=str(doc.x), x_label=str(doc.x_label),
+            targets=tuple(float(t) for t in doc.targets),
+            methods={m: MethodFits.of(m, section) for m, section in doc.methods.items()},
+            ranking=tuple(r.method for r in doc.ranked()), warnings=tuple(doc.warnings),
+            document=doc.to_json(),
         )
 
 
@@ -195,11 +198,11 @@ class Sweep:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self.manifest: dict[str, Any] = read_manifest(self.path)  # a UserError names what is wrong with the path
+        self.manifest: Manifest = read_manifest(self.path)  # a UserError names what is wrong with the path
 
     @property
     def name(self) -> str:
-        return str(self.manifest.get("name") or self.path.name)
+        return self.manifest.name_or(self.path)
 
     def points(self) -> pl.DataFrame:
         """Every point's current row (the store's `points` table, one row per point, in write order)."""

@@ -11,6 +11,7 @@ import polars as pl
 
 from dashboards import style
 from dashboards.data import SweepData
+from sweeper.analysis.fits.document import CurveRow, EstimateValue, LossFitSection, PowerLawSection
 from dashboards.figures.common import (
     FigureDict,
     Trace,
@@ -28,53 +29,36 @@ from sweeper.core.states import CellStatus
 FAILED_STATUSES = tuple(s.value for s in CellStatus if s.learned_nothing)
 
 
-def _fit_for(data: SweepData, method: str, key: str) -> dict[str, Any] | None:
-    fits = data.fits
-    if not fits or not isinstance(fits.get("methods"), dict):
-        return None
-    entry = fits["methods"].get(method)
-    fit = entry.get(key) if isinstance(entry, dict) else None
-    return fit if isinstance(fit, dict) else None
+def _loss_fit(data: SweepData, method: str) -> LossFitSection | None:
+    section = data.fits.method(method) if data.fits is not None else None
+    return section.loss_fit if section is not None else None
+
+
+def _lr_fit(data: SweepData, method: str) -> PowerLawSection | None:
+    section = data.fits.method(method) if data.fits is not None else None
+    return section.lr_fit if section is not None else None
 
 
 def _scaling_kind(data: SweepData) -> tuple[str, str]:
     """(x kind, axis title): the fits' x when there are fits, else depth or parameters."""
     fits = data.fits
-    if fits and isinstance(fits.get("methods"), dict) and fits["methods"]:
-        kind = str(fits.get("x") or "depth")
+    if fits is not None and fits.methods:
+        kind = fits.x or "depth"
         if kind == "depth" and data.x_kind == "loops":  # the fits' depth-like axis of a loop-count sweep
             kind = "loops"
-        label = fits.get("x_label")
+        label = fits.x_label
         default = style.size_label_unit(kind)[0]
-        return kind, style.text(label[0].upper() + label[1:]) if isinstance(label, str) and label else default
+        return kind, style.text(label[0].upper() + label[1:]) if label else default
     kind = data.x_kind or ("depth" if data.is_depth_sweep else "params")
     return kind, style.size_label_unit(kind)[0]
 
 
-def _estimate_text(est: Any, fmt: str) -> str | None:
-    if not isinstance(est, dict) or num(est.get("value")) is None:
-        return None
-    text = format(num(est["value"]), fmt)
-    lo, hi = num(est.get("lo")), num(est.get("hi"))
-    if lo is not None and hi is not None:
-        text += f" [{format(lo, fmt)}, {format(hi, fmt)}]"
-    return text
-
-
-def _curve_rows(fit: dict[str, Any]) -> list[tuple[float, float, float | None, float | None]]:
-    rows = []
-    for row in fit.get("curve") or []:
-        if isinstance(row, (list, tuple)) and len(row) >= 2:
-            x, y = num(row[0]), num(row[1])
-            if x is not None and y is not None and x > 0:
-                lo = num(row[2]) if len(row) > 2 else None
-                hi = num(row[3]) if len(row) > 3 else None
-                rows.append((x, y, lo, hi))
-    return sorted(rows)
+def _estimate_text(est: EstimateValue, fmt: str) -> str | None:
+    return est.text(fmt)
 
 
 def _band_and_line(
-    fig: str, method: str, colour: str, rows: list[tuple[float, float, float | None, float | None]],
+    fig: str, method: str, colour: str, rows: list[CurveRow],
     name: str, trustworthy: bool, warnings: list[str], y_fmt: str,
 ) -> list[Trace]:  # fmt: skip
     traces: list[Trace] = []
@@ -242,18 +226,16 @@ def scaling(data: SweepData) -> FigureDict:
     y_fmt = ".4f"
     for method in present_methods(data):
         colour = data.colours[method]
-        fit = _fit_for(data, method, "loss_fit")
-        rows = _curve_rows(fit) if fit else []
-        if fit and rows:
-            alpha = _estimate_text(fit.get("alpha"), ".3f")
+        fit = _loss_fit(data, method)
+        rows = fit.curve_rows() if fit is not None else []
+        if fit is not None and rows:
+            alpha = _estimate_text(fit.alpha, ".3f")
             name = style.text(method) + (f": α = {alpha}" if alpha else "")
-            trust = bool(fit.get("trustworthy", True))
-            warnings = [w for w in fit.get("warnings") or [] if isinstance(w, str)]
+            trust = fit.trusted
             if not trust:
                 name += " (unreliable)"
-            traces += _band_and_line("scaling", method, colour, rows, name, trust, warnings, y_fmt)
-            pts = [(x, y) for x, y in ((num(p[0]), num(p[1])) for p in fit.get("points") or [] if len(p) >= 2)
-                   if x is not None and y is not None]  # fmt: skip
+            traces += _band_and_line("scaling", method, colour, rows, name, trust, fit.warnings, y_fmt)
+            pts = fit.xy()
             if pts:
                 traces.append(
                     {
@@ -266,13 +248,13 @@ def scaling(data: SweepData) -> FigureDict:
                 )  # fmt: skip
                 data_max = max(data_max or 0.0, max(p[0] for p in pts))
             curve_max = max(curve_max or 0.0, rows[-1][0])
-            hold = fit.get("holdout")
-            if isinstance(hold, dict) and num(hold.get("x")) is not None and num(hold.get("actual")) is not None:
-                pred, lo, hi = num(hold.get("predicted")), num(hold.get("lo")), num(hold.get("hi"))
+            hold = fit.holdout
+            if hold is not None and hold.x is not None and hold.actual is not None:
+                pred, lo, hi = num(hold.predicted), num(hold.lo), num(hold.hi)
                 traces.append(
                     {
                         "type": "scatter", "mode": "markers", "uid": uid("scaling", method, "holdout"),
-                        "x": [num(hold["x"])], "y": [num(hold["actual"])],
+                        "x": [num(hold.x)], "y": [num(hold.actual)],
                         "marker": {"color": colour, "size": 12, "symbol": "diamond-open", "line": {"width": 2}},
                         "name": "held-out point", "legendgroup": "holdout",
                         "showlegend": not any(t.get("legendgroup") == "holdout" for t in traces),
@@ -318,7 +300,7 @@ def scaling(data: SweepData) -> FigureDict:
         empty_note(layout, "No bracketed cell yet")
     else:
         _unreliable_note(layout, traces)
-        if not data.fits:
+        if data.fits is None:
             layout["title"]["subtitle"] = {
                 "text": "grid best per size (open: not bracketed yet); run `sweeper fit DIR` for the power law",
                 "font": {"size": style.FONT_SIZE - 2, "color": style.MUTED},
@@ -343,18 +325,16 @@ def optimal_lr(data: SweepData) -> FigureDict:
     data_max = curve_max = None
     for method in present_methods(data):
         colour = data.colours[method]
-        fit = _fit_for(data, method, "lr_fit")
-        rows = _curve_rows(fit) if fit else []
-        if fit and rows:
-            exponent = _estimate_text(fit.get("exponent"), ".3f")
+        law = _lr_fit(data, method)
+        rows = law.curve_rows() if law is not None else []
+        if law is not None and rows:
+            exponent = _estimate_text(law.exponent, ".3f")
             name = style.text(method) + (f": exponent {exponent}" if exponent else "")
-            trust = bool(fit.get("trustworthy", True))
-            warnings = [w for w in fit.get("warnings") or [] if isinstance(w, str)]
+            trust = law.trusted
             if not trust:
                 name += " (unreliable)"
-            traces += _band_and_line("optimal_lr", method, colour, rows, name, trust, warnings, ".3g")
-            pts = [(x, y) for x, y in ((num(p[0]), num(p[1])) for p in fit.get("points") or [] if len(p) >= 2)
-                   if x is not None and y is not None and y > 0]  # fmt: skip
+            traces += _band_and_line("optimal_lr", method, colour, rows, name, trust, law.warnings, ".3g")
+            pts = [(x, y) for x, y in law.xy() if y > 0]
             if pts:
                 traces.append(
                     {
@@ -367,16 +347,15 @@ def optimal_lr(data: SweepData) -> FigureDict:
                 )  # fmt: skip
                 data_max = max(data_max or 0.0, max(p[0] for p in pts))
             curve_max = max(curve_max or 0.0, rows[-1][0])
-            targets = [t for t in fit.get("targets") or [] if isinstance(t, dict)]
-            targets = [t for t in targets if num(t.get("x")) is not None and num(t.get("lr")) is not None]
+            targets = [t for t in law.targets if t.lr is not None]
             if targets:
-                lrs = [num(t["lr"]) for t in targets]
-                his = [num(t.get("hi")) for t in targets]
-                los = [num(t.get("lo")) for t in targets]
+                lrs = [num(t.lr) for t in targets]
+                his = [num(t.hi) for t in targets]
+                los = [num(t.lo) for t in targets]
                 traces.append(
                     {
                         "type": "scatter", "mode": "markers+text", "uid": uid("optimal_lr", method, "targets"),
-                        "x": [num(t["x"]) for t in targets], "y": lrs,
+                        "x": [num(t.x) for t in targets], "y": lrs,
                         "text": [f"{v:.2g}".replace("e-0", "e-") for v in lrs], "textposition": "middle right",
                         "textfont": {"color": colour, "size": style.FONT_SIZE - 2},
                         "marker": {"color": colour, "size": 11, "symbol": "diamond", "line": {"color": style.INK, "width": 1}},
@@ -439,7 +418,7 @@ def optimal_lr(data: SweepData) -> FigureDict:
         empty_note(layout, "No optimum yet")
     else:
         _unreliable_note(layout, traces)
-        if not data.fits:
+        if data.fits is None:
             layout["title"]["subtitle"] = {
                 "text": "per cell: interpolated optimum (grid best where none); line: geometric mean over seeds; "
                 "run `sweeper fit DIR` for the fitted law",

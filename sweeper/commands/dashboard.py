@@ -36,7 +36,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Here, not at the top: the CLI imports every command module when it starts (`sweeper validate`'s speed).
-    from sweeper.records.store import read_manifest
+    from sweeper.records.manifest import read_manifest
 
     read_manifest(args.dir)  # a bad DIR is a one-line error, before anything is bound
     if not 0 <= args.port <= 65535:

@@ -39,12 +39,12 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Here, not at the top: the CLI imports every command module when it starts (`sweeper validate`'s speed).
-    from sweeper.records.store import read_manifest
+    from sweeper.records.manifest import read_manifest
     from sweeper.run.weights import WEIGHTS, folder_name, kept_point
 
     manifest = read_manifest(args.dir)
     root = Path(args.dir)
-    cells = sorted((manifest.get("cells") or {}).keys())
+    cells = sorted(manifest.cells)
     chosen = [c for c in cells if not args.cell or any(fnmatch.fnmatchcase(c, p) for p in args.cell)]
     unmatched = [p for p in args.cell if not any(fnmatch.fnmatchcase(c, p) for c in cells)]
     if unmatched:
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     found = {c: root / WEIGHTS / folder_name(c) for c in chosen}
     have = {c: f for c, f in found.items() if (f / "model.safetensors").is_file() and kept_point(f)}
     if not have:
-        why = ("the sweep was launched with keep_weights: none" if manifest.get("keep_weights") == "none" else
+        why = ("the sweep was launched with keep_weights: none" if manifest.keep_weights == "none" else
                "no cell has finished a point yet, or the sweep ran before weights were kept")
         raise UserError(f"{root}: no kept weights for {'these cells' if args.cell else 'any cell'} ({why})")
     out = Path(args.out)

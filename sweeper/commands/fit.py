@@ -13,10 +13,13 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sweeper.commands.cliargs import add_format
 from sweeper.core.errors import UserError
+
+if TYPE_CHECKING:  # the document's types load with `run` (start-up time)
+    from sweeper.analysis.fits.document import ComputeExponent, CurveSection, EstimateValue, FitsDocument
 
 
 def _size_arg(text: str) -> str:
@@ -66,30 +69,29 @@ def resolve_targets(texts: list[str], axis: str, n_def: str, results: Any) -> tu
     return out, notes
 
 
-def replaced_note(old: dict[str, Any] | None, new: dict[str, Any]) -> str | None:
+def replaced_note(old: FitsDocument | None, new: FitsDocument) -> str | None:
     """What a rerun replaces in fits.json (targets, axis, options), or None when nothing the reader sees changes."""
-    if not old:
+    if old is None:
         return None
     from sweeper.analysis.fits.units import format_size  # (see `run`)
 
     changes = []
-    if old.get("x") != new.get("x"):
-        changes.append(f"x: {old.get('x')} → {new.get('x')}")
-    old_targets, new_targets = old.get("targets") or [], new.get("targets") or []
-    if old_targets != new_targets:
+    if old.x != new.x:
+        changes.append(f"x: {old.x} → {new.x}")
+    if old.targets != new.targets:
         def show(ts: list[float]) -> str:
             return ", ".join(format_size(t) for t in ts) or "none"
 
-        changes.append(f"targets: {show(old_targets)} → {show(new_targets)}")
-    for key in sorted(set(old.get("options") or {}) | set(new.get("options") or {})):
-        a, b = (old.get("options") or {}).get(key), (new.get("options") or {}).get(key)
+        changes.append(f"targets: {show(old.targets)} → {show(new.targets)}")
+    old_options, new_options = old.options.to_json(), new.options.to_json()  # every option, named or not
+    for key in sorted(set(old_options) | set(new_options)):
+        a, b = old_options.get(key), new_options.get(key)
         if a != b:
             changes.append(f"{key}: {a} → {b}")
-    if old.get("e_model") != new.get("e_model"):
-        changes.append(f"E: {old.get('e_model')} → {new.get('e_model')}")
-    old_inputs, new_inputs = old.get("inputs") or {}, new.get("inputs") or {}
-    if old_inputs.get("lr_source") != new_inputs.get("lr_source"):
-        changes.append(f"lr_source: {old_inputs.get('lr_source')} → {new_inputs.get('lr_source')}")
+    if old.e_model != new.e_model:
+        changes.append(f"E: {old.e_model} → {new.e_model}")
+    if old.inputs.lr_source != new.inputs.lr_source:
+        changes.append(f"lr_source: {old.inputs.lr_source} → {new.inputs.lr_source}")
     return "; ".join(changes) if changes else None
 
 
@@ -141,9 +143,8 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     # Here, not at the top: the CLI imports every command module when it starts (`sweeper validate`'s speed).
     from sweeper.analysis.fits.collect import collect
-    from sweeper.analysis.fits.report import FitOptions, build_report, to_jsonable
-    from sweeper.records.durable import write_json_atomic
-    from sweeper.records.store import FITS, load_fits
+    from sweeper.analysis.fits.document import FITS, load_fits, write_fits
+    from sweeper.analysis.fits.report import FitOptions, build_report
 
     started = time.perf_counter()
     root = Path(args.dir)
@@ -159,19 +160,19 @@ def run(args: argparse.Namespace) -> int:
     )
     if axis == "depth" and not any(s.scale.depth for s in results.sizes):
         raise UserError(f"{root}: no depth recorded for the sweep's sizes; use --x params or --x compute")
-    doc = to_jsonable(build_report(results, opts))
-    doc["elapsed_s"] = time.perf_counter() - started
+    doc = build_report(results, opts)
+    doc.elapsed_s = time.perf_counter() - started
     if not args.no_write:
         try:
             previous = load_fits(root)
         except UserError:
             previous = None  # an unreadable fits.json is simply replaced
-        change = replaced_note(previous if isinstance(previous, dict) else None, doc)
+        change = replaced_note(previous, doc)
         if change:  # the dashboards draw what fits.json holds: say what they will stop showing
             sys.stderr.write(f"replacing {root / FITS} ({change})\n")
-        write_json_atomic(root / FITS, doc)
+        write_fits(root, doc)
     if args.json:
-        json.dump(doc, sys.stdout, indent=2, sort_keys=True)
+        json.dump(doc.to_json(), sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
         return 0
     render(doc, written=None if args.no_write else root / FITS)
@@ -182,42 +183,37 @@ def _g(v: Any, spec: str = ".4g") -> str:
     return "—" if v is None else format(v, spec)
 
 
-def _iv(est: dict[str, Any] | None, spec: str = ".4g") -> str:
+def _iv(est: EstimateValue | None, spec: str = ".4g") -> str:
     """'3.21 [3.18, 3.24]', or the value alone when there is no interval."""
-    if not est or est.get("value") is None:
-        return "—"
-    text = format(est["value"], spec)
-    if est.get("lo") is not None and est.get("hi") is not None:
-        text += f" [{format(est['lo'], spec)}, {format(est['hi'], spec)}]"
-    return text
+    return (est.text(spec) if est is not None else None) or "—"
 
 
-def _same_recipe(doc: dict[str, Any]) -> bool:
+def _same_recipe(doc: FitsDocument) -> bool:
     """Every ranked method at its optimum, or every one at the same fixed recipe."""
-    return len({str(r.get("recipe")) for r in doc["ranking"]}) <= 1
+    return len({str(r.recipe.to_json() if r.recipe is not None else None) for r in doc.ranking}) <= 1
 
 
-def _exponent_cell(ce: dict[str, Any] | None) -> Any:
+def _exponent_cell(ce: ComputeExponent | None) -> Any:
     # start-up time: imported when used, not on every CLI start
     from rich.text import Text
 
-    if not ce:
+    if ce is None:
         return "—"
-    if ce.get("trustworthy"):
+    if ce.trustworthy:
         return _iv(ce, ".3g")
     return Text(_iv(ce, ".3g") + " (not trustworthy)", style="dim")
 
 
-def _trust(section: dict[str, Any] | None) -> Any:
+def _trust(section: CurveSection | None) -> Any:
     # start-up time: imported when used, not on every CLI start
     from rich.text import Text
 
-    if not section:
+    if section is None:
         return Text("—", style="dim")
-    return Text("yes", style="green") if section.get("trustworthy") else Text("NO", style="bold red")
+    return Text("yes", style="green") if section.trustworthy else Text("NO", style="bold red")
 
 
-def _points_table(doc: dict[str, Any], x_name: str) -> Any:
+def _points_table(doc: FitsDocument, x_name: str) -> Any:
     """The fitted points: per (method, size) the mean over seeds, the seeds' spread and the SEs."""
     # start-up time: imported when used, not on every CLI start
     from rich.table import Table
@@ -228,26 +224,26 @@ def _points_table(doc: dict[str, Any], x_name: str) -> Any:
     for col in ("method", "size", x_name, "loss", "seeds", "seeds' spread (sd)", "SE of the mean", "eval SE",
                 "per seed (± eval SE)"):
         table.add_column(col, justify="left" if col in ("method", "size", "per seed (± eval SE)") else "right")
-    for method, m in doc["methods"].items():
-        for row in m["sizes"]:
+    for method, m in doc.methods.items():
+        for row in m.sizes:
             per_seed = []
-            for value, se in zip(row["loss_seeds"], row.get("loss_se_seeds") or [None] * len(row["loss_seeds"])):
+            for value, se in zip(row.loss_seeds, row.loss_se_seeds or [None] * len(row.loss_seeds)):
                 per_seed.append(f"{value:.4f}" + (f" ± {se:.4f}" if se is not None else ""))
-            table.add_row(method, row["size"], format_size(row["x"]) if row["x"] else "—", f"{row['loss']:.4f}",
-                          str(len(row["seeds"])), _g(row.get("loss_sd"), ".4f"), _g(row.get("loss_se"), ".4f"),
-                          _g(row.get("loss_eval_se"), ".4f"), ", ".join(per_seed))
-    failed = doc["inputs"].get("failed") or []
+            table.add_row(method, row.size, format_size(row.x) if row.x else "—", f"{row.loss:.4f}",
+                          str(len(row.seeds)), _g(row.loss_sd, ".4f"), _g(row.loss_se, ".4f"),
+                          _g(row.loss_eval_se, ".4f"), ", ".join(per_seed))
+    failed = doc.inputs.failed
     if failed:
         by: dict[tuple[str, str], list[str]] = {}
         for cell in failed:
-            by.setdefault((cell["method"], cell["size"]), []).append(f"s{cell['seed']} {cell['status']}")
+            by.setdefault((cell.method, cell.size), []).append(f"s{cell.seed} {cell.status}")
         table.caption = "no usable learning rate (every point diverged or stalled): " + "; ".join(
             f"{m} {size} ({', '.join(v)})" for (m, size), v in sorted(by.items()))
         table.caption_justify = "left"
     return table
 
 
-def render(doc: dict[str, Any], written: Path | None) -> None:
+def render(doc: FitsDocument, written: Path | None) -> None:
     """The fits as rich tables: loss fits, predictions, LR laws, ranking, sensitivity, then every warning."""
     # start-up time: imported when used, not on every CLI start
     from rich.table import Table
@@ -258,104 +254,101 @@ def render(doc: dict[str, Any], written: Path | None) -> None:
     from sweeper.records.table import labelled, make_console
 
     console = make_console()
-    x_name = "loop count" if doc["x_label"] == LOOPS_LABEL else doc["x"]  # a loop-count sweep fits on `depth` = T
-    console.print(Text.assemble((str(doc["sweep"]), "bold"),
-                                f": fits against {doc['x_label']} · {doc['e_model']} E · "
-                                f"{doc['options']['resamples']} bootstrap resamples ({doc['options']['bootstrap']}), "
+    x_name = "loop count" if doc.x_label == LOOPS_LABEL else str(doc.x)  # a loop-count sweep fits on `depth` = T
+    console.print(Text.assemble((str(doc.sweep), "bold"),
+                                f": fits against {doc.x_label} · {doc.e_model} E · "
+                                f"{doc.options.resamples} bootstrap resamples ({doc.options.bootstrap}), "
                                 "95% intervals"))
-    console.print(doc["inputs"]["rule"], style="dim")
-    if x_name == "params" or doc["methods"]:
-        console.print(doc["n_definition"], style="dim")
-    console.print(doc["c_definition"], style="dim")
-    if doc["inputs"]["excluded"]:
+    console.print(doc.inputs.rule, style="dim")
+    if x_name == "params" or doc.methods:
+        console.print(doc.n_definition, style="dim")
+    console.print(doc.c_definition, style="dim")
+    if doc.inputs.excluded:
         reasons: dict[str, int] = {}
-        for item in doc["inputs"]["excluded"]:
-            key = item["reason"].split(":")[0]
+        for item in doc.inputs.excluded:
+            key = item.reason.split(":")[0]
             reasons[key] = reasons.get(key, 0) + 1
         console.print("excluded cells: " + ", ".join(f"{n} {r}" for r, n in sorted(reasons.items())), style="dim")
 
     loss = Table(title=f"Loss vs {x_name}: L = E + A·x^(-α)", title_justify="left", header_style="bold")
     for col in ("method", "n", "E", "A", "α", "log-log slope", f"held-out {x_name}: predicted vs actual", "trust"):
         loss.add_column(col, justify="left" if col in ("method",) else "right")
-    for method, m in doc["methods"].items():
-        lf = m["loss_fit"]
-        ho = lf.get("holdout")
+    for method, m in doc.methods.items():
+        lf = m.loss_fit
+        ho = lf.holdout
         held = "—"
-        if ho:
-            held = (f"{format_size(ho['x'])}: {ho['predicted']:.4g} [{_g(ho['lo'])}, {_g(ho['hi'])}] vs "
-                    f"{ho['actual']:.4g} ({ho['rel_error']:+.2%})")
-        loss.add_row(method, str(lf["n_points"]), _iv(lf["E"]), _iv(lf["A"]), _iv(lf["alpha"], ".3g"),
-                     _iv(lf["loglog_slope"], ".3g"), held, _trust(lf))
+        if ho is not None:
+            held = (f"{format_size(ho.x)}: {ho.predicted:.4g} [{_g(ho.lo)}, {_g(ho.hi)}] vs "
+                    f"{ho.actual:.4g} ({ho.rel_error:+.2%})")
+        loss.add_row(method, str(lf.n_points), _iv(lf.E), _iv(lf.A), _iv(lf.alpha, ".3g"),
+                     _iv(lf.loglog_slope, ".3g"), held, _trust(lf))
     console.print(loss)
     console.print(_points_table(doc, x_name))
 
     lr = Table(title=f"Optimal LR vs {x_name}: LR* = c·x^b", title_justify="left", header_style="bold")
     for col in ("method", "n", "exponent b", "c", "trust"):
         lr.add_column(col, justify="left" if col == "method" else "right")
-    for method, m in doc["methods"].items():
-        lf = m["lr_fit"]
-        if lf is None:  # a fixed recipe: no optimum was searched
-            lrs = ", ".join(f"{v:.3g}" for v in m["recipe"]["lrs"])
+    for method, m in doc.methods.items():
+        law = m.lr_fit
+        if law is None:  # a fixed recipe: no optimum was searched
+            lrs = ", ".join(f"{v:.3g}" for v in m.recipe.lrs)
             lr.add_row(method, "—", f"fixed recipe (lr {lrs}): no LR law", "", "")
             continue
-        lr.add_row(method, str(lf["n_points"]), _iv(lf["exponent"], ".3g"), _iv(lf["coef"], ".3g"), _trust(lf))
+        lr.add_row(method, str(law.n_points), _iv(law.exponent, ".3g"), _iv(law.coef, ".3g"), _trust(law))
     console.print(lr)
 
-    if doc["targets"]:
+    if doc.targets:
         pred = Table(title="Predictions at the --to targets", title_justify="left", header_style="bold")
         for col in ("method", x_name, "loss, E + A·x^(-α)", "loss, pure power law", "optimal LR"):
             pred.add_column(col, justify="left" if col == "method" else "right")
-        for method, m in doc["methods"].items():
-            losses = {t["x"]: t for t in m["loss_fit"].get("targets", [])}
-            plain = {t["x"]: t for t in (m["loss_fit"].get("loglog") or {}).get("targets", [])}
-            lrs = {t["x"]: t for t in (m["lr_fit"] or {}).get("targets", [])}
-            for target in doc["targets"]:
+        for method, m in doc.methods.items():
+            losses = {t.x: t for t in m.loss_fit.targets}
+            plain = {t.x: t for t in (m.loss_fit.loglog.targets if m.loss_fit.loglog is not None else [])}
+            lrs = {t.x: t for t in (m.lr_fit.targets if m.lr_fit is not None else [])}
+            for target in doc.targets:
                 lt, pt, rt = losses.get(target), plain.get(target), lrs.get(target)
                 pred.add_row(
                     method, format_size(target),
-                    _iv({"value": lt["loss"], "lo": lt["lo"], "hi": lt["hi"]}) if lt else "— (no fit)",
-                    _iv({"value": pt["loss"], "lo": pt["lo"], "hi": pt["hi"]}) if pt else "— (no fit)",
-                    _iv({"value": rt["lr"], "lo": rt["lo"], "hi": rt["hi"]}, ".3g") if rt else "— (no LR law)",
+                    _iv(lt.estimate) if lt else "— (no fit)",
+                    _iv(pt.estimate) if pt else "— (no fit)",
+                    _iv(rt.estimate, ".3g") if rt else "— (no LR law)",
                 )
         console.print(pred)
 
-    if doc["ranking"]:
+    if doc.ranking:
         rank = Table(title="Methods ranked by loss at the largest common size", title_justify="left",
                      header_style="bold")
         for col in ("#", "method", "loss", "at", "compute exponent α_C", "lowest at every size"):
             rank.add_column(col, justify="left" if col == "method" else "right")
-        for r in doc["ranking"]:
-            ce = doc["methods"][r["method"]]["compute_exponent"]
-            rank.add_row(str(r["rank"]), r["method"], f"{r['loss_at_largest']:.4f}",
-                         format_size(r["x_at_largest"]) + ("" if r["comparable"] else " (own largest)"
-                                                           if r.get("recipe") is None or _same_recipe(doc) else
-                                                           " (other recipe: not comparable)"),
-                         _exponent_cell(ce), "yes" if r["lowest_at_every_common_size"] else "")
+        for r in doc.ranking:
+            ce = doc.methods[r.method].compute_exponent
+            rank.add_row(str(r.rank), r.method, f"{r.loss_at_largest:.4f}",
+                         format_size(r.x_at_largest) + ("" if r.comparable else " (own largest)"
+                                                        if r.recipe is None or _same_recipe(doc) else
+                                                        " (other recipe: not comparable)"),
+                         _exponent_cell(ce), "yes" if r.lowest_at_every_common_size else "")
         console.print(rank)
 
     sens = Table(title="LR sensitivity (Wortsman: mean capped loss over swept LRs − best) and near-optimal LRs (≤0.25%)",
                  title_justify="left", header_style="bold")
     for col in ("method", "size", "sensitivity", "on common LRs", "near-optimal LR range", "LRs", "diverged"):
         sens.add_column(col, justify="left" if col in ("method", "size") else "right")
-    for method, m in doc["methods"].items():
-        for row in m["sensitivity"]:
+    for method, m in doc.methods.items():
+        for row in m.sensitivity:
             near = "—"
-            if row["near_opt_lo"] is not None:
-                near = f"{row['near_opt_lo']:.3g} – {row['near_opt_hi']:.3g}" + (" (edge)" if row["near_opt_at_edge"] else "")
-            sens.add_row(method, row["size"], _g(row["value"]), _g(row["value_common"]), near,
-                         str(row["n_lrs"]), str(row["n_diverged"]))
+            if row.near_opt_lo is not None:
+                near = f"{row.near_opt_lo:.3g} – {row.near_opt_hi:.3g}" + (" (edge)" if row.near_opt_at_edge else "")
+            sens.add_row(method, row.size, _g(row.value), _g(row.value_common), near,
+                         str(row.n_lrs), str(row.n_diverged))
     console.print(sens)
 
-    for warning in doc["warnings"]:
+    for warning in doc.warnings:
         console.print(labelled("warning:", warning))
-    for method, m in doc["methods"].items():
-        for part in ("loss_fit", "lr_fit"):
-            for warning in (m[part] or {}).get("warnings", []):
-                console.print(labelled(f"{method} {part.replace('_', ' ')}:", warning))
-        cf = m.get("compute_fit") or {}
-        for warning in cf.get("warnings", []):
-            console.print(labelled(f"{method} compute fit:", warning))
-    tail = f"fitted in {doc['elapsed_s']:.2f} s"
+    for method, m in doc.methods.items():
+        for label, section in (("loss fit", m.loss_fit), ("lr fit", m.lr_fit), ("compute fit", m.compute_fit)):
+            for warning in section.warnings if section is not None else []:
+                console.print(labelled(f"{method} {label}:", warning))
+    tail = f"fitted in {doc.elapsed_s:.2f} s"
     if written:
         tail += f"; wrote {written}"
     console.print(tail, style="dim")

@@ -129,14 +129,14 @@ def run(args: argparse.Namespace) -> int:
 
 def recorded_overrides(sweep_dir: Path) -> list[str]:
     """The overrides an earlier launch recorded in the sweep directory's manifest (none for a new sweep)."""
-    manifest = sweep_dir / "manifest.json"
-    if not manifest.is_file():
+    from sweeper.records.manifest import is_sweep_dir, read_manifest  # start-up time: for a launch only
+
+    if not is_sweep_dir(sweep_dir):
         return []
     try:
-        found = json.loads(manifest.read_text()).get("overrides") or []
-    except (OSError, ValueError):
+        return list(read_manifest(sweep_dir).overrides)
+    except UserError:
         return []  # launch itself reports an unreadable manifest
-    return [str(o) for o in found]
 
 
 def print_summary(summary: Any, console: Any) -> None:

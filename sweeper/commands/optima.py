@@ -39,17 +39,16 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
     from rich.text import Text
 
+    from sweeper.records.manifest import read_manifest
     from sweeper.records.results import noise_note, optima, points_per_bracketed_cell
-    from sweeper.records.store import read_manifest
     from sweeper.records.table import STATUS_STYLE, fmt, make_console
-
-    from sweeper.records.store import read_manifest, simulated_label
 
     rows = optima(args.dir)
     average = points_per_bracketed_cell(rows)
-    simulated = simulated_label(read_manifest(args.dir))
+    manifest = read_manifest(args.dir)
+    simulated = manifest.simulated_label
     if args.format == "json":
-        print(json.dumps({"name": read_manifest(args.dir).get("name"), "dir": str(args.dir), "cells": rows,
+        print(json.dumps({"name": manifest.name, "dir": str(args.dir), "cells": rows,
                           "points_per_bracketed_cell": average, "simulated": simulated is not None},
                          indent=2, default=str))
         return 0
@@ -61,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
             writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in COLUMNS})
         sys.stdout.write(buffer.getvalue())
         return 0
-    title = f"{read_manifest(args.dir).get('name')} ({args.dir}): optima"  # as `sweeper status` titles it
+    title = f"{manifest.name} ({args.dir}): optima"  # as `sweeper status` titles it
     title += f" · {simulated}" if simulated else ""
     table = Table(header_style="bold", title=title, title_justify="left")
     for name in ("method", "size", "seed", "status", "best lr", "best loss ± SE", "vs neighbour",

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     # Here, not at the top: the CLI imports every command module when it starts (`sweeper validate`'s speed).
     from dashboards.data import load_sweep
     from dashboards.export import STATIC_FORMATS, check_static_export, parse_formats, write_plots
-    from sweeper.records.store import read_manifest
+    from sweeper.records.manifest import read_manifest
 
     read_manifest(args.dir)
 

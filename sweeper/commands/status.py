@@ -6,10 +6,13 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sweeper.commands.cliargs import add_format
 from sweeper.core.errors import UserError
+
+if TYPE_CHECKING:
+    from sweeper.records.manifest import Manifest
 
 
 def register(subparsers: Any) -> None:
@@ -29,7 +32,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Here, not at the top: the CLI imports every command module when it starts (`sweeper validate`'s speed).
-    from sweeper.records.store import load_cells, read_manifest
+    from sweeper.records.manifest import read_manifest
     from sweeper.records.table import make_console
 
     manifest = read_manifest(args.dir)
@@ -38,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         from sweeper.records.ledger import OptunaLedger, storage_url  # Optuna (a second): for a repair only
         from sweeper.records.repair import rebuild_store
 
-        url = manifest.get("ledger")
+        url = manifest.ledger
         if not url:
             raise UserError(f"{args.dir}: the manifest names no ledger; nothing to rebuild from")
         local = Path(args.dir) / "ledger.db"
@@ -46,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
             # The default ledger lives in the sweep directory; the manifest holds its absolute path at
             # launch time, which is another sweep's ledger after the directory was moved or copied.
             url = storage_url("sqlite", Path(args.dir))
-        moved = rebuild_store(Path(args.dir), OptunaLedger(url), loop_axis=manifest.get("x") == "loops")
+        moved = rebuild_store(Path(args.dir), OptunaLedger(url), loop_axis=manifest.loop_axis)
         console.print(f"rebuilt {args.dir}/store from the ledger ({url}); the old store is in {moved}",
                       highlight=False)
     if args.watch is not None:
@@ -65,16 +68,16 @@ def run(args: argparse.Namespace) -> int:
         from sweeper.records.results import cell_rows  # the same fields as `sweeper optima --json`
 
         rows = cell_rows(args.dir)
-        print(json.dumps({"name": manifest.get("name"), "dir": str(args.dir),
-                          "simulated": bool(manifest.get("simulated")),
-                          "unigram_entropy": manifest.get("unigram_entropy"), "stall_margin": manifest.get("stall_margin"),
-                          "cells": rows}, indent=2, default=str))
+        entropy = manifest.unigram_entropy
+        print(json.dumps({"name": manifest.name, "dir": str(args.dir), "simulated": manifest.is_simulated,
+                          "unigram_entropy": entropy.to_json() if entropy is not None else None,
+                          "stall_margin": manifest.stall_margin, "cells": rows}, indent=2, default=str))
         return 0
     console.print(_render(args.dir, manifest))
     return 0
 
 
-def _render(sweep_dir: str, manifest: dict[str, Any]) -> Any:
+def _render(sweep_dir: str, manifest: Manifest) -> Any:
     # Here, not at the top: the CLI imports every command module when it starts (`sweeper validate`'s speed).
     from rich.console import Group
     from rich.text import Text
@@ -86,16 +89,12 @@ def _render(sweep_dir: str, manifest: dict[str, Any]) -> Any:
     rows = load_cells(sweep_dir).to_dicts()
     age = freshness(sweep_dir)
     when = f"updated {age:.0f} s ago" if age is not None else "no results yet"
-    launches = manifest.get("launches") or []
-    last = launches[-1] if launches else {}
+    last = manifest.launches[-1] if manifest.launches else None
     tail = ""
-    if last.get("wall_seconds") is not None:
-        tail = f" · last launch: wall {last['wall_seconds']:.0f} s, training {last.get('train_seconds', 0):.0f} s summed"
-    # start-up time: imported when used, not on every CLI start
-    from sweeper.records.store import simulated_label
-
-    head = Text(f"{manifest.get('name')} ({sweep_dir}): {counts_line(status_counts(rows))} · {when}{tail}", style="bold")
-    label = simulated_label(manifest)
+    if last is not None and last.wall_seconds is not None:
+        tail = f" · last launch: wall {last.wall_seconds:.0f} s, training {last.train_seconds or 0:.0f} s summed"
+    head = Text(f"{manifest.name} ({sweep_dir}): {counts_line(status_counts(rows))} · {when}{tail}", style="bold")
+    label = manifest.simulated_label
     if label:
         head.append(f"\n{label}", style="bold yellow")
     parts: list[Any] = [head]

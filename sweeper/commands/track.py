@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sweeper.core.errors import UserError
+
+if TYPE_CHECKING:
+    from sweeper.records.manifest import Manifest
 
 TRACKERS = ("wandb", "mlflow", "tensorboard")
 
@@ -37,14 +40,14 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def settings_for(sweep_dir: Path, manifest: dict[str, Any], args: argparse.Namespace) -> Any:
+def settings_for(sweep_dir: Path, manifest: Manifest, args: argparse.Namespace) -> Any:
     """The `tracking:` section of the sweep's last YAML copy, with the command's options over it."""
     import yaml  # (see `run`)
     from pydantic import ValidationError
 
     from sweeper.spec.schema import TrackingSection
 
-    names = [launch.get("yaml") for launch in manifest.get("launches") or [] if launch.get("yaml")] or ["sweep.yaml"]
+    names = [launch.yaml for launch in manifest.launches if launch.yaml] or ["sweep.yaml"]
     raw: dict[str, Any] = {}
     path = sweep_dir / names[-1]
     if path.is_file():
@@ -53,7 +56,7 @@ def settings_for(sweep_dir: Path, manifest: dict[str, Any], args: argparse.Names
         except (OSError, yaml.YAMLError) as exc:
             raise UserError(f"{path}: unreadable ({exc})") from None
         raw = dict(doc.get("tracking") or {}) if isinstance(doc, dict) else {}
-    name = str(manifest.get("name") or sweep_dir.name)
+    name = manifest.name_or(sweep_dir)
     overrides = {
         "wandb": {"project": args.project, "entity": args.entity, "mode": args.mode},
         "mlflow": {"tracking_uri": args.tracking_uri, "experiment": args.experiment},
@@ -75,7 +78,7 @@ def settings_for(sweep_dir: Path, manifest: dict[str, Any], args: argparse.Names
 
 def run(args: argparse.Namespace) -> int:
     # Here, not at the top: the CLI imports every command module when it starts (`sweeper validate`'s speed).
-    from sweeper.records.store import read_manifest
+    from sweeper.records.manifest import read_manifest
     from sweeper.records.table import labelled, make_console
     from sweeper.tracking import open_trackers
     from sweeper.tracking.backfill import backfill
@@ -91,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(labelled("warning:", text), soft_wrap=True)
 
     names = list(dict.fromkeys(args.to))
-    trackers = open_trackers(section, root, str(manifest.get("name") or root.name), warn, names)
+    trackers = open_trackers(section, root, manifest.name_or(root), warn, names)
     summary = backfill(root, trackers, warn) if trackers else {"trackers": [], "failed": {}}
     failed = sorted(set(names) - set(summary["trackers"])) + sorted(summary["failed"])
     if args.json:

@@ -3,7 +3,9 @@
 - the one shape of each thing kept is in `sweeper.core` (ids, states, `PointRow`, `CellRow`,
   `CurvePoint` and the tables' columns), which every layer reads;
 - `ledger` (the record: Optuna, behind the `Ledger` protocol), `store` (Parquet tables read while
-  the sweep runs, behind `Store`), `durable` (every atomic file write), `storage_errors`;
+  the sweep runs, behind `Store`), `manifest` (`Manifest`, the directory's index, `manifest.json`:
+  its only reader and writer), `document` (the lossless typed-JSON base of the manifest and of
+  fits.json), `durable` (every atomic file write), `storage_errors`;
 - `fold` (point rows to cells, for every reader), `repair` (the store rebuilt from the ledger),
   `results` (optima, progress), `table` (the per-cell table of `launch` and `status`).
 

@@ -18,12 +18,15 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import BaseModel
 
 from sweeper.records.crash_points import durable_write
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON so that readers see either the old file or the whole new one."""
+    if isinstance(data, BaseModel):  # `default=str` would write its repr as a string
+        raise TypeError(f"{path.name}: a typed document is written by its own writer (write_manifest, write_fits)")
     write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False, default=str))
 
 

@@ -17,11 +17,11 @@ from typing import Any
 import polars as pl
 
 from sweeper.records.fold import current_points
-from sweeper.core.ids import CellId
 from sweeper.records.noise import NOISE_SES, closest_neighbour
-from sweeper.core.rows import PointRow, cell_order
+from sweeper.core.rows import CellFacts, PointRow, cell_order
 from sweeper.core.states import PointState
-from sweeper.records.store import load_cells, load_points, read_manifest
+from sweeper.records.manifest import read_manifest
+from sweeper.records.store import load_cells, load_points
 from sweeper.search.bracketing import interpolate_optimum
 
 
@@ -31,26 +31,27 @@ def optima(sweep_dir: str | Path) -> list[dict[str, Any]]:
     manifest = read_manifest(sweep_dir)
     points = current_points(PointRow.from_columns(row) for row in load_points(sweep_dir).iter_rows(named=True))
     cells = {row["cell_id"]: row for row in load_cells(sweep_dir).to_dicts()}
-    meta = manifest.get("cells") or {}
     rows = []
     for cid in sorted(set(points) | set(cells)):
         pts = list(points.get(cid, {}).values())
-        info = {**meta.get(cid, {}), **cells.get(cid, {})}
+        stored = cells.get(cid)  # the driver's latest row of the cell; before its first one, the manifest's entry
+        entry = manifest.cells.get(cid)
+        facts = (CellFacts.from_attrs(cid, stored) if stored is not None else
+                 entry.facts(cid) if entry is not None else CellFacts.from_attrs(cid, {}))
         grid = [p.grid_point() for p in pts]
         ok = [g for g in grid if g.is_ok]
         best = min(ok, key=lambda g: (g.objective, g.lr)) if ok else None
         best_row = next((p for p in pts if best is not None and p.lr == best.lr), None)
         interp = interpolate_optimum(grid)
         gap = closest_neighbour(pts, best_row) if best_row is not None else None
-        parsed = CellId.parse(cid)
         row = {
             "cell_id": cid,
-            "method": info.get("method") or parsed.method,
-            "size": info.get("size") or parsed.size,
-            "seed": info.get("seed") if info.get("seed") is not None else parsed.seed,
-            "depth": info.get("depth"),
-            "params": info.get("params"),
-            "status": info.get("status") or ("running" if pts else "pending"),
+            "method": facts.method,
+            "size": facts.size,
+            "seed": facts.seed,
+            "depth": facts.depth,
+            "params": facts.params,
+            "status": (stored or {}).get("status") or ("running" if pts else "pending"),
             "best_lr": best.lr if best else None,
             "best_loss": best_row.loss if best_row else None,
             "best_loss_se": best_row.loss_se if best_row else None,
@@ -69,7 +70,7 @@ def optima(sweep_dir: str | Path) -> list[dict[str, Any]]:
             "n_failed": sum(p.state is PointState.FAILED for p in pts),
             "n_running": sum(p.state.is_active for p in pts),
         }
-        rows.append((cell_order({**row, "loops": info.get("loops")}), row))
+        rows.append((cell_order({**row, "loops": facts.loops}), row))
     return [row for _, row in sorted(rows, key=lambda item: item[0])]
 
 
@@ -104,14 +105,15 @@ def points_per_bracketed_cell(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def progress(sweep_dir: str | Path) -> dict[str, str]:
     """'step 120/300 ×5' for cells with running points, from the store."""
     sweep_dir = Path(sweep_dir)
-    meta = read_manifest(sweep_dir).get("cells") or {}
+    entries = read_manifest(sweep_dir).cells
     points = load_points(sweep_dir)
     if not points.height:
         return {}
     running = points.filter(pl.col("state") == PointState.RUNNING.value)
     out = {}
     for row in running.group_by("cell_id").agg(pl.col("steps").max(), pl.len().alias("n")).to_dicts():
-        total = (meta.get(row["cell_id"]) or {}).get("steps")
+        entry = entries.get(row["cell_id"])
+        total = entry.steps if entry is not None else None
         out[row["cell_id"]] = f"step {row['steps'] or 0}/{total or '?'} ×{row['n']}"
     return out
 

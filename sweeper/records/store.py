@@ -4,13 +4,13 @@ while the sweep runs.
 Layout of a sweep directory (everything the tool keeps about one sweep)::
 
     DIR/
-      manifest.json        store version, sweep name, compatibility key, corpus fingerprint
+      manifest.json        store version, sweep name, compatibility key, corpus fingerprint (sweeper.records.manifest)
       sweep.yaml           the YAML as launched (the first launch; extensions are appended as sweep.N.yaml)
       ledger.db            the Optuna ledger of record (one study per cell, one ledger entry per point)
       store/points/        point events: one row per state change of a point (sweeper.core.rows.PointRow)
       store/curves/        learning-curve rows (train loss every report, eval loss when evaluated)
       store/cells.parquet  the latest snapshot of every cell's bracketing status
-      fits.json            written by `sweeper fit`, read by the dashboards
+      fits.json            written by `sweeper fit`, read by the dashboards (sweeper.analysis.fits.document)
       checkpoints/         per-Tune-trial checkpoints (resume after a kill)
       ray/                 Ray Tune's experiment folder
 
@@ -26,7 +26,7 @@ The ledger stays the record: the driver re-derives store rows from it on relaunc
 so losing the store never loses a finished result.
 
 Versions. The manifest's `store_version` is the newest this reader understands
-(`STORE_VERSION`); a newer one is refused. A column added since a chunk was written reads as
+(`STORE_VERSION`, kept with the manifest); a newer one is refused. A column added since a chunk was written reads as
 null (`ADDED_COLUMNS`; any other missing or unknown column is damage). Version 2 added `loops` (the loop count of a loop-count sweep) and made `depth` always
 the number of blocks; version 1 stored a loop-count sweep's loop count in `depth`: such rows
 read as version 2 would write them, with the number of blocks unknown, and `sweeper launch`
@@ -37,7 +37,6 @@ rebuilds such a store from the ledger before it appends to it. Version 3 added t
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -50,13 +49,11 @@ import pyarrow.parquet as pq
 
 from sweeper.core.errors import UserError
 from sweeper.records.durable import write_parquet_atomic
+# The manifest's names, importable with the layout above (the manifest is read and written in its own module).
+from sweeper.records.manifest import MANIFEST, STORE_VERSION, read_manifest  # noqa: F401
 from sweeper.core.rows import CELL_COLUMNS, CURVE_COLUMNS, POINT_COLUMNS, CellRow, Column, PointRow
 
-STORE_VERSION = 3  # 2: point and cell rows carry `loops`, and `depth` is always the number of blocks;
-#                   3: the `stalled` state, `loss_se`, `unigram_loss`, `loss_batches`, `n_stalled`, `eval_loss_se`
-MANIFEST = "manifest.json"
 LEDGER = "ledger.db"
-FITS = "fits.json"
 
 _DTYPES: dict[str, pl.DataType] = {"str": pl.Utf8, "int": pl.Int64, "float": pl.Float64}
 
@@ -86,44 +83,6 @@ class Store(Protocol):
 
 
 _CHUNK = re.compile(r"^(\d{12})(?:-(\d{12}))?\.parquet$")
-
-
-def is_sweep_dir(path: Path) -> bool:
-    return (path / MANIFEST).is_file()
-
-
-def simulated_label(manifest: dict[str, Any] | None) -> str | None:
-    """'SIMULATED (surface NAME): planted losses, no training' for a sweep run with `--simulate`, else None.
-    Every reader that shows results shows it (status, optima, dashboard header, plots)."""
-    entry = (manifest or {}).get("simulated")
-    if not entry:
-        return None
-    return f"SIMULATED (surface {entry.get('surface')}): planted losses, no training"
-
-
-def read_manifest(sweep_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """The manifest of a sweep directory, or a UserError saying what is wrong with the path."""
-    path = Path(sweep_dir)
-    if not path.exists():
-        raise UserError(f"{path}: no such directory")
-    if not path.is_dir():
-        raise UserError(f"{path}: not a directory (give the sweep's output directory)")
-    manifest_path = path / MANIFEST
-    if not manifest_path.is_file():
-        raise UserError(f"{path}: not a sweep directory (no {MANIFEST}; launch a sweep with `sweeper launch SWEEP.yaml`)")
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{manifest_path}: unreadable manifest ({exc})") from None
-    version = manifest.get("store_version")
-    if not isinstance(version, int):
-        raise UserError(f"{manifest_path}: no store_version; not written by layerrope-sweeper")
-    if version > STORE_VERSION:
-        raise UserError(
-            f"{manifest_path}: store version {version} was written by a newer layerrope-sweeper "
-            f"(this one reads up to {STORE_VERSION}); upgrade with `pip install -U layerrope-sweeper`"
-        )
-    return manifest
 
 
 def _read_parquet(fh: Any) -> pl.DataFrame:
@@ -320,20 +279,9 @@ def _from_version_1(frame: pl.DataFrame, sweep_dir: str | os.PathLike[str]) -> p
     if not frame.height or frame["loops"].null_count() < frame.height:
         return frame
     try:
-        manifest = json.loads((Path(sweep_dir) / MANIFEST).read_text())
-    except (OSError, ValueError):
+        manifest = read_manifest(sweep_dir)
+    except UserError:
         return frame
-    if int(manifest.get("store_version") or STORE_VERSION) >= 2 or manifest.get("x") != "loops":
+    if manifest.store_version >= 2 or not manifest.loop_axis:
         return frame
     return frame.with_columns(pl.col("depth").alias("loops"), pl.lit(None, dtype=pl.Int64).alias("depth"))
-
-
-def load_fits(sweep_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
-    path = Path(sweep_dir) / FITS
-    if not path.exists():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except ValueError as exc:
-        raise UserError(f"{path}: unreadable fits ({exc}); rerun `sweeper fit {sweep_dir}`") from None
-

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from sweeper.core.rows import cell_order
 from sweeper.core.states import CellStatus
+from sweeper.records.manifest import Manifest
 
 STATUS_STYLE = {
     "pending": "dim",
@@ -71,21 +72,21 @@ def counts_line(counts: dict[str, int]) -> str:
     return ", ".join(parts) if parts else "no cells"
 
 
-def unigram_line(manifest: dict[str, Any]) -> str | None:
+def unigram_line(manifest: Manifest) -> str | None:
     """The manifest's frequency-only loss of the data, and how it was obtained (None: not known yet)."""
-    u = manifest.get("unigram_entropy")
-    if not isinstance(u, dict) or u.get("nats") is None:
+    u = manifest.unigram_entropy
+    if u is None or u.nats is None:
         return None
-    kind = "class-frequency entropy (chance)" if u.get("kind") == "classes" else "unigram entropy"
-    unit = "training labels" if u.get("kind") == "classes" else "training tokens"
-    counted = u.get("counted")
-    how = (f"exact, {counted:,} {unit}" if u.get("exact") else f"estimated from the first {counted:,} {unit}") \
-        if isinstance(counted, int) else str(u.get("how") or "")
-    line = f"data: {kind} {float(u['nats']):.4f} nats ({how})"
-    margin = manifest.get("stall_margin")
+    kind = "class-frequency entropy (chance)" if u.kind == "classes" else "unigram entropy"
+    unit = "training labels" if u.kind == "classes" else "training tokens"
+    counted = u.counted
+    how = (f"exact, {counted:,} {unit}" if u.exact else f"estimated from the first {counted:,} {unit}") \
+        if isinstance(counted, int) else str(u.how or "")
+    line = f"data: {kind} {float(u.nats):.4f} nats ({how})"
+    margin = manifest.stall_margin
     if margin is not None:
         line += f"; a point is stalled unless its final eval loss is {margin:g} nats below the frequency-only loss"
-    elif "stall_margin" in manifest:
+    elif manifest.has("stall_margin"):
         line += "; stall rule off (divergence.stall_margin: null)"
     return line
 

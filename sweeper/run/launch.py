@@ -29,11 +29,11 @@ from typing import Any
 
 from sweeper.core.errors import UserError
 from sweeper.records import crash_points
-from sweeper.records.durable import write_json_atomic
 from sweeper.records.ledger import OptunaLedger
+from sweeper.records.manifest import DataEntropy, Launch, Manifest, SimulatedEntry, write_manifest
 from sweeper.core.rows import CellRow
 from sweeper.records.storage_errors import StorageFault, as_user_error, is_storage_error
-from sweeper.records.store import MANIFEST, load_cells, load_points
+from sweeper.records.store import load_cells, load_points
 from sweeper.records.table import status_counts
 from sweeper.run import sweep_dir
 from sweeper.run.display import LiveDisplay
@@ -112,8 +112,8 @@ def launch(plan: Plan, *, address: str | None = None, retry_failed: bool = False
         simulation.check(plan)
         plan = simulation.mark(plan)
     old_manifest = sweep_dir.check_output_dir(plan)
-    if old_manifest is not None and bool(old_manifest.get("simulated")) != (simulation is not None):
-        kind = "simulated (sweeper launch --simulate)" if old_manifest.get("simulated") else "trained"
+    if old_manifest is not None and old_manifest.is_simulated != (simulation is not None):
+        kind = "simulated (sweeper launch --simulate)" if old_manifest.is_simulated else "trained"
         raise UserError(f"{plan.sweep_dir}: holds {kind} results, which can never be mixed with "
                         f"{'trained' if simulation is None else 'simulated'} ones; give another output (--out)")
     corpus, entropy = (simulation.corpus, None) if simulation is not None else sweep_dir.preflight(plan)
@@ -135,14 +135,14 @@ def launch(plan: Plan, *, address: str | None = None, retry_failed: bool = False
         sweep_dir.release_driver_lock(lock)
 
 
-def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str | None,
+def _launch_locked(plan: Plan, old_manifest: Manifest | None, corpus: str | None,
                    entropy: dict[str, Any] | None, *, address: str | None, retry_failed: bool, console: Any,
                    started: float, simulation: Simulation | None = None) -> LaunchSummary:
     cpu_at_start = driver_cpu()
     manifest, yaml_name = sweep_dir.prepare(plan, old_manifest, corpus, entropy)
     if simulation is not None:
-        manifest["simulated"] = simulation.manifest_entry()
-        write_json_atomic(plan.sweep_dir / MANIFEST, manifest)
+        manifest.simulated = SimulatedEntry(**simulation.manifest_entry())
+        write_manifest(plan.sweep_dir, manifest)
     messages: list[str] = []
     url = sweep_dir.ledger_url(plan)
     ledger = OptunaLedger(url)
@@ -171,7 +171,7 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
                          measured=measured, tracking=tracking)
         if tracking is not None:
             tracking.warn = sweep.messages.append  # later warnings go to the live display
-        sweep.expected_corpus = manifest.get("corpus")
+        sweep.expected_corpus = manifest.corpus
         sweep.other_cells = {row["cell_id"]: CellRow.from_columns(row) for row in load_cells(plan.sweep_dir).to_dicts()
                              if row["cell_id"] not in sweep.cells}
         counts = sweep.load(entries, session.claimed, retry_failed=retry_failed, store_states=store_states)
@@ -179,17 +179,17 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
         sweep.flush(force=True)
 
         if not session.restored:
-            manifest["tune"] = session.tune_info()
-        manifest.setdefault("launches", []).append({"started": started, "yaml": yaml_name, "address": address,
-                                                    "experiment": session.experiment, "restored": session.restored})
-        write_json_atomic(plan.sweep_dir / MANIFEST, manifest)
+            manifest.tune = session.tune_info()
+        this_launch = manifest.add_launch(Launch(started=started, yaml=yaml_name, address=address,
+                                                 experiment=session.experiment, restored=session.restored))
+        write_manifest(plan.sweep_dir, manifest)
 
         def new_tune_run(requeued: int) -> None:  # the last Tune run could not be restored
             counts["rerun"] += requeued
             counts["resumed"] = 0
-            manifest["tune"] = session.tune_info()
-            manifest["launches"][-1].update({"experiment": session.experiment, "restored": False})
-            write_json_atomic(plan.sweep_dir / MANIFEST, manifest)
+            manifest.tune = session.tune_info()
+            this_launch.update({"experiment": session.experiment, "restored": False})
+            write_manifest(plan.sweep_dir, manifest)
 
         display = LiveDisplay(sweep, console=console)
         with display:
@@ -200,10 +200,10 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
         if tracking is not None:
             tracking.close()
 
-    if sweep.expected_corpus and manifest.get("corpus") != sweep.expected_corpus:
-        manifest["corpus"] = sweep.expected_corpus
-    if manifest.get("unigram_entropy") is None and sweep.book.unigram is not None:  # a streamed source's estimate
-        manifest["unigram_entropy"] = sweep.book.unigram
+    if sweep.expected_corpus and manifest.corpus != sweep.expected_corpus:
+        manifest.corpus = sweep.expected_corpus
+    if manifest.unigram_entropy is None and sweep.book.unigram is not None:  # a streamed source's estimate
+        manifest.unigram_entropy = DataEntropy(**sweep.book.unigram)
     rows = [row.columns() for row in sweep.cell_rows() if row.cell.cell_id in sweep.cells]
     summary = LaunchSummary(
         sweep_dir=str(plan.sweep_dir), wall_seconds=time.time() - started, ray_start_seconds=session.ray_seconds,
@@ -217,15 +217,15 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
         tune_snapshots=sweep.stats.tune_snapshots,
         driver_peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     )
-    manifest["launches"][-1].update({k: v for k, v in summary.to_dict().items() if k not in ("messages", "sweep_dir")})
+    this_launch.update({k: v for k, v in summary.to_dict().items() if k not in ("messages", "sweep_dir")})
     if sweep.fault is not None:
-        manifest["launches"][-1]["fault"] = sweep.fault
+        this_launch.fault = sweep.fault
         try:
-            write_json_atomic(plan.sweep_dir / MANIFEST, manifest)
+            write_manifest(plan.sweep_dir, manifest)
         except OSError:
             pass  # the disk may still be full; the manifest of the previous launch stays valid
         raise StorageFault(f"the sweep stopped: {sweep.fault}; {RESUME_HINT}")
-    write_json_atomic(plan.sweep_dir / MANIFEST, manifest)
+    write_manifest(plan.sweep_dir, manifest)
     return summary
 
 

@@ -22,11 +22,20 @@ import polars as pl
 import yaml
 
 from sweeper.core.errors import UserError
-from sweeper.records.durable import write_json_atomic, write_text_atomic
+from sweeper.records.durable import write_text_atomic
 from sweeper.records.ledger import Ledger, LedgerEntry, storage_url
+from sweeper.records.manifest import (
+    STORE_VERSION,
+    CellEntry,
+    DataEntropy,
+    Manifest,
+    is_sweep_dir,
+    read_manifest,
+    write_manifest,
+)
 from sweeper.records.repair import rebuild_store
 from sweeper.core.states import FINISHED_STATES
-from sweeper.records.store import MANIFEST, STORE_VERSION, StoreWriter, is_sweep_dir, load_cells, load_curves, read_manifest
+from sweeper.records.store import StoreWriter, load_cells, load_curves
 from sweeper.search.planner import Plan, compat_diff, fingerprint_of
 from trials.data import check_vocab, open_source
 from trials.errors import TrialInputError
@@ -51,7 +60,7 @@ def preflight(plan: Plan) -> tuple[str | None, dict[str, Any] | None]:
     return source.fingerprint, entropy
 
 
-def check_output_dir(plan: Plan) -> dict[str, Any] | None:
+def check_output_dir(plan: Plan) -> Manifest | None:
     """The existing manifest, after checking that this plan may continue it; None for a new sweep."""
     path = plan.sweep_dir
     if not path.exists():
@@ -76,14 +85,13 @@ def _left_before_the_manifest(name: str) -> bool:
     return name == LOCK_FILE or (name.startswith(".") and name.endswith(".tmp"))
 
 
-def check_compatible(plan: Plan, manifest: dict[str, Any]) -> None:
+def check_compatible(plan: Plan, manifest: Manifest) -> None:
     """Refuse a relaunch whose cells would mix incompatible results."""
     problems: dict[str, list[str]] = {}
-    old_cells = manifest.get("cells") or {}
     for cell in plan.cells:
-        old = old_cells.get(cell.cell_id)
-        if old and old.get("fingerprint") != cell.fingerprint:
-            diff = "; ".join(compat_diff(old.get("compat") or {}, cell.compat)[:4]) or "settings changed"
+        old = manifest.cells.get(cell.cell_id)
+        if old is not None and old.fingerprint != cell.fingerprint:
+            diff = "; ".join(compat_diff(old.compat, cell.compat)[:4]) or "settings changed"
             problems.setdefault(diff, []).append(cell.cell_id)
     if problems:
         details = []
@@ -95,16 +103,16 @@ def check_compatible(plan: Plan, manifest: dict[str, Any]) -> None:
             "incomparable results; restore the settings, or give a new output directory (--out)",
             details=details,
         )
-    url = manifest.get("ledger")
+    url = manifest.ledger
     new_url = ledger_url(plan)
     if url and plan.config.ledger != "sqlite" and url != new_url:
         raise UserError(f"ledger: this sweep's ledger is {url}; the YAML names {new_url}")
 
 
-def check_corpus(plan: Plan, manifest: dict[str, Any] | None, corpus: str | None) -> None:
-    if corpus and manifest and manifest.get("corpus") and manifest["corpus"] != corpus:
+def check_corpus(plan: Plan, manifest: Manifest | None, corpus: str | None) -> None:
+    if corpus and manifest is not None and manifest.corpus and manifest.corpus != corpus:
         raise UserError(
-            f"{plan.sweep_dir}: the corpus changed since this sweep started (fingerprint {manifest['corpus']} "
+            f"{plan.sweep_dir}: the corpus changed since this sweep started (fingerprint {manifest.corpus} "
             f"then, {corpus} now); results would not be comparable: restore the data or use a new output (--out)"
         )
 
@@ -113,45 +121,50 @@ def ledger_url(plan: Plan) -> str:
     return storage_url(plan.config.ledger, plan.sweep_dir)
 
 
-def manifest_for(plan: Plan, old: dict[str, Any] | None, ledger: str) -> dict[str, Any]:
+def manifest_for(plan: Plan, old: Manifest | None, ledger: str) -> Manifest:
+    """The manifest of this launch: the old one (a copy; keys it holds that this version does not name
+    are kept) with this plan's cells and settings over it."""
     now = time.time()
-    manifest = dict(old or {})
-    manifest.update(store_version=STORE_VERSION, name=plan.config.name, updated=now, ledger=ledger)
+    manifest = old.model_copy(deep=True) if old is not None else Manifest(store_version=STORE_VERSION)
+    manifest.store_version = STORE_VERSION
+    manifest.name = plan.config.name
+    manifest.updated = now
+    manifest.ledger = ledger
     manifest.setdefault("created", now)
     manifest.setdefault("corpus", None)
-    cells = dict(manifest.get("cells") or {})
+    cells = dict(manifest.cells)
     for cell in plan.cells:
-        cells[cell.cell_id] = {
-            **cell.facts.attrs(), "fingerprint": cell.fingerprint, "compat": cell.compat, "scheme": cell.scheme,
-            "x": cell.x, "steps": cell.steps_per_point, "tokens": cell.tokens_per_point,
-        }
-    manifest["cells"] = cells
+        cells[cell.cell_id] = CellEntry(
+            **cell.facts.attrs(), fingerprint=cell.fingerprint, compat=cell.compat, scheme=cell.scheme,
+            x=cell.x, steps=cell.steps_per_point, tokens=cell.tokens_per_point,
+        )
+    manifest.cells = cells
     shared = {k: plan.cells[0].compat[k] for k in ("data", "divergence")} if plan.cells else {}
-    manifest["compat_key"] = fingerprint_of(shared)
-    manifest["x"] = plan.axis  # depth, loops or params: what the fits and dashboards put on the x axis
-    manifest["keep_weights"] = plan.config.keep_weights  # `sweeper export` says why there are none
+    manifest.compat_key = fingerprint_of(shared)
+    manifest.x = plan.axis  # depth, loops or params: what the fits and dashboards put on the x axis
+    manifest.keep_weights = plan.config.keep_weights  # `sweeper export` says why there are none
     margins = {cell.divergence.stall_margin for cell in plan.cells}
     if len(margins) == 1:  # the stall rule's margin (null: off); per cell in `compat` when methods differ
-        manifest["stall_margin"] = margins.pop()
+        manifest.stall_margin = margins.pop()
     else:
-        manifest.pop("stall_margin", None)
+        manifest.unset("stall_margin")
     manifest.setdefault("unigram_entropy", None)
     return manifest
 
 
-def prepare(plan: Plan, old: dict[str, Any] | None, corpus: str | None,
-            entropy: dict[str, Any] | None = None) -> tuple[dict[str, Any], str | None]:
+def prepare(plan: Plan, old: Manifest | None, corpus: str | None,
+            entropy: dict[str, Any] | None = None) -> tuple[Manifest, str | None]:
     """Write the manifest and keep the YAML as launched; returns (manifest, the YAML copy's name).
     `entropy`: the data's unigram entropy as `trials.data.unigram.UnigramEntropy.to_dict()` gives it."""
     manifest = manifest_for(plan, old, ledger_url(plan))
-    if corpus and not manifest.get("corpus"):
-        manifest["corpus"] = corpus
-    manifest["overrides"] = list(plan.overrides)
+    if corpus and not manifest.corpus:
+        manifest.corpus = corpus
+    manifest.overrides = list(plan.overrides)
     if entropy is not None:
-        manifest["unigram_entropy"] = entropy
+        manifest.unigram_entropy = DataEntropy(**entropy)
     # The manifest first: it makes the folder a sweep directory, which a relaunch continues (a
     # folder holding only a YAML copy would be refused as someone else's).
-    write_json_atomic(plan.sweep_dir / MANIFEST, manifest)
+    write_manifest(plan.sweep_dir, manifest)
     yaml_name = save_yaml_copy(plan.sweep_dir, plan.source, plan.overrides, plan.document)
     return manifest, yaml_name
 
@@ -180,12 +193,12 @@ def _copy_index(name: str) -> int:
     return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else 1
 
 
-def open_store(plan: Plan, ledger: Ledger, old_manifest: dict[str, Any] | None, messages: list[str]) -> StoreWriter:
+def open_store(plan: Plan, ledger: Ledger, old_manifest: Manifest | None, messages: list[str]) -> StoreWriter:
     """The store writer; a damaged store is set aside and rebuilt from the ledger, and so is a
     loop-count sweep's store of version 1 (its `depth` column held the loop count)."""
     sweep_dir = plan.sweep_dir
     facts = {cell.cell_id: cell.facts for cell in plan.cells}
-    old_version = int((old_manifest or {}).get("store_version") or STORE_VERSION)
+    old_version = old_manifest.store_version if old_manifest is not None else STORE_VERSION
     if old_version < 2 and plan.axis == "loops" and (sweep_dir / "store").exists():
         moved = rebuild_store(sweep_dir, ledger, facts=facts, loop_axis=True)
         messages.append(f"store upgraded to version {STORE_VERSION} (rebuilt from the ledger; the old one is in {moved})")

@@ -43,6 +43,7 @@ from ray.tune.stopper import Stopper
 
 from sweeper.core.errors import UserError
 from sweeper.records.crash_points import durable_write
+from sweeper.records.manifest import Manifest, TuneRun
 from sweeper.records.storage_errors import is_storage_error
 from sweeper.run.sweep_run import SWEEP_DONE, SweepRun, point_ids_of
 from sweeper.search.planner import Plan
@@ -333,13 +334,13 @@ def auto_concurrency(requests: list[dict[str, float]], total: dict[str, float]) 
 # Tune runs: where they live, whether the last one can be restored
 
 
-def experiment_location(plan: Plan, manifest: dict[str, Any]) -> tuple[str, str | None, str]:
+def experiment_location(plan: Plan, manifest: Manifest) -> tuple[str, str | None, str]:
     """(storage path, Tune run to restore or None, name of a new Tune run)."""
     storage = plan.config.ray.storage
     storage_path = f"{storage.rstrip('/')}/{plan.config.name}" if storage else str(plan.sweep_dir / "ray")
-    tune_info = manifest.get("tune") or {}
-    last = tune_info.get("experiment") if tune_info.get("storage") == storage_path else None
-    index = int(tune_info.get("index", 0)) if last else 0
+    tune_info = manifest.tune or TuneRun()
+    last = tune_info.experiment if tune_info.storage == storage_path else None
+    index = tune_info.index if last else 0
     return storage_path, last, f"run-{index + 1}"
 
 
@@ -448,7 +449,7 @@ class TuneSession:
         self.trainable = tune.with_parameters(trainable, **parameters) if parameters else trainable
 
     @classmethod
-    def open(cls, plan: Plan, manifest: dict[str, Any], address: str | None, messages: list[str],
+    def open(cls, plan: Plan, manifest: Manifest, address: str | None, messages: list[str],
              pool: VirtualPool | None = None) -> TuneSession:
         """Start or join Ray (or start a virtual pool); find the last Tune run and whether it holds trials to resume."""
         started = time.time()
@@ -460,9 +461,9 @@ class TuneSession:
         return cls(plan, started_ray, ray_seconds, concurrency, storage_path, last if claimed else new_name,
                    new_name, claimed)
 
-    def tune_info(self) -> dict[str, Any]:
+    def tune_info(self) -> TuneRun:
         """The manifest's record of a new Tune run."""
-        return {"storage": self.storage_path, "experiment": self.new_name, "index": int(self.new_name.split("-")[1])}
+        return TuneRun(storage=self.storage_path, experiment=self.new_name, index=int(self.new_name.split("-")[1]))
 
     def _new_tuner(self, trainable: Any) -> Any:
         return tune.Tuner(

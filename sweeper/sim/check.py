@@ -24,8 +24,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sweeper.analysis.fits.document import EstimateValue, FitsDocument
+from sweeper.core.errors import UserError
+from sweeper.records.manifest import read_manifest
 from sweeper.records.results import optima
-from sweeper.records.store import load_points, read_manifest
+from sweeper.records.store import load_points
 from sweeper.sim.simulation import load_surface
 
 
@@ -35,13 +38,17 @@ def folder_bytes(path: Path) -> int:
 
 def check(sweep_dir: str, band: float = 0.25, surface_path: str | None = None) -> dict[str, Any]:
     manifest = read_manifest(sweep_dir)
-    entry = manifest.get("simulated") or {}
-    surface = load_surface(surface_path or entry["file"])
+    surface_path = surface_path or (manifest.simulated.file if manifest.simulated is not None else None)
+    if surface_path is None:
+        raise UserError(f"{sweep_dir}: its manifest names no surface (not a `sweeper launch --simulate` sweep); "
+                        "give one with --surface")
+    surface = load_surface(surface_path)
     rows = optima(sweep_dir)
     cells = []
     for r in rows:
         method = surface.methods[r["method"]]
-        x = float((manifest["cells"].get(r["cell_id"]) or {}).get("x") or r.get("depth"))
+        entry = manifest.cells.get(r["cell_id"])
+        x = float((entry.x if entry is not None else None) or r.get("depth"))
         planted_loss, planted_lr = method.optimal_loss(x), method.optimal_lr(x)
         fails = method.fails_above is not None and x > method.fails_above
         best = r.get("best_loss")
@@ -61,30 +68,25 @@ def check(sweep_dir: str, band: float = 0.25, surface_path: str | None = None) -
                          capture_output=True, text=True)
     coverage: dict[str, Any] = {}
     if fit.returncode == 0:
-        fits = json.loads(fit.stdout)["methods"]
-        for name, f in fits.items():
+        fits = FitsDocument.from_json(json.loads(fit.stdout))
+        for name, f in fits.methods.items():
             planted = surface.methods[name]
             if not planted.planted:  # a recorded table plants no exponents
                 continue
-            alpha = (f.get("loss_fit") or {}).get("alpha") or {}
-            slope = (f.get("lr_fit") or {}).get("exponent") or {}
-
-            def covers(iv: dict[str, Any], truth: float) -> bool | None:
-                lo, hi = iv.get("lo"), iv.get("hi")
-                return None if lo is None or hi is None else lo <= truth <= hi
-
+            alpha = f.loss_fit.alpha
+            slope = f.lr_fit.exponent if f.lr_fit is not None else EstimateValue()
             coverage[name] = {
-                "alpha": alpha.get("value"), "alpha_interval": [alpha.get("lo"), alpha.get("hi")],
-                "alpha_planted": planted.alpha, "alpha_covered": covers(alpha, planted.alpha),
-                "lr_exponent": slope.get("value"), "lr_exponent_interval": [slope.get("lo"), slope.get("hi")],
-                "lr_exponent_planted": planted.lr_b, "lr_exponent_covered": covers(slope, planted.lr_b),
+                "alpha": alpha.value, "alpha_interval": [alpha.lo, alpha.hi],
+                "alpha_planted": planted.alpha, "alpha_covered": alpha.covers(planted.alpha),
+                "lr_exponent": slope.value, "lr_exponent_interval": [slope.lo, slope.hi],
+                "lr_exponent_planted": planted.lr_b, "lr_exponent_covered": slope.covers(planted.lr_b),
             }
     # GPU-hours of training, from the FLOPs each point trained (load-independent, unlike the GPU-time
     # the trials held on a machine whose overhead the time compression multiplies)
     points = load_points(sweep_dir).to_dicts()
     flops = sum((p.get("tokens") or 0) * (p.get("flops_per_token") or 0) for p in points)
-    launches = manifest.get("launches") or []
-    sims = [launch.get("simulation") for launch in launches if launch.get("simulation")]
+    launches = manifest.launches
+    sims = [launch.simulation for launch in launches if launch.simulation is not None]
     by_method: dict[str, list[int]] = {}
     for c in cells:
         by_method.setdefault(c["method"], []).append(c["points"])
@@ -104,11 +106,13 @@ def check(sweep_dir: str, band: float = 0.25, surface_path: str | None = None) -
         "fit_coverage": coverage,
         "trained_flops": flops,
         "trained_gpu_hours_at_throughput": flops / surface.throughput / 3600,
-        "launches": [{k: s.get(k) for k in ("gpu_utilisation", "gpu_utilisation_while_saturated",
-                                            "saturated_fraction_of_wall", "simulated_gpu_hours",
-                                            "simulated_wall_hours", "pool_gpus", "time_compression")} for s in sims],
-        "wall_seconds": [launch.get("wall_seconds") for launch in launches],
-        "trials": [launch.get("trials") for launch in launches],
+        "launches": [{"gpu_utilisation": s.gpu_utilisation,
+                      "gpu_utilisation_while_saturated": s.gpu_utilisation_while_saturated,
+                      "saturated_fraction_of_wall": s.saturated_fraction_of_wall,
+                      "simulated_gpu_hours": s.simulated_gpu_hours, "simulated_wall_hours": s.simulated_wall_hours,
+                      "pool_gpus": s.pool_gpus, "time_compression": s.time_compression} for s in sims],
+        "wall_seconds": [launch.wall_seconds for launch in launches],
+        "trials": [launch.trials for launch in launches],
         "ledger_bytes": (Path(sweep_dir) / "ledger.db").stat().st_size if (Path(sweep_dir) / "ledger.db").exists() else 0,
         "store_bytes": folder_bytes(Path(sweep_dir) / "store"),
         "cell_rows": cells,

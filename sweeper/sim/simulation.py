@@ -9,7 +9,7 @@ reports the surface's losses.
 A simulated sweep is marked everywhere: the manifest's `simulated` entry, every cell's
 compatibility fingerprint (so a simulated directory and a trained one can never be mixed: a
 relaunch of either kind over the other is refused), the corpus fingerprint of every point
-(`simulated:<surface fingerprint>`), and the readers show it (`sweeper.records.store.simulated_label`).
+(`simulated:<surface fingerprint>`), and the readers show it (`sweeper.records.manifest.Manifest.simulated_label`).
 
 `GpuProbe` measures what the simulation is for: the share of the pool's GPU-time that trials held,
 overall and while the open cells asked for at least the whole pool.

@@ -21,11 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from sweeper.records.durable import write_json_atomic
+from sweeper.analysis.fits.document import FitsDocument, RankRow, write_fits
 from sweeper.core.ids import CellId, depth_label, loops_label
 from sweeper.core.rows import CellFacts, CellRow, CurvePoint, PointRow
 from sweeper.core.states import CellStatus, PointState
-from sweeper.records.store import FITS, MANIFEST, STORE_VERSION, StoreWriter
+from sweeper.records.manifest import STORE_VERSION, Manifest, write_manifest
+from sweeper.records.store import StoreWriter
 
 T0 = 1_700_000_000.0  # a fixed start time keeps plots of a fixture byte-identical
 
@@ -117,16 +118,11 @@ class SyntheticSweep:
         self.root = Path(root)
         self.spec = spec
         self.root.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(
-            self.root / MANIFEST,
-            {
-                "store_version": STORE_VERSION,
-                "name": spec.name,
-                "compat_key": "synthetic",
-                "corpus": "synthetic-corpus",
-                **({"x": "loops"} if spec.loop_blocks is not None else {}),
-            },
-        )
+        manifest = Manifest(store_version=STORE_VERSION, name=spec.name, compat_key="synthetic",
+                            corpus="synthetic-corpus")
+        if spec.loop_blocks is not None:
+            manifest.x = "loops"
+        write_manifest(self.root, manifest)
         self.writer = StoreWriter(self.root)
         self.points = self._plan()
         self._schedule()
@@ -315,7 +311,7 @@ class SyntheticSweep:
 
     # Fits ----------------------------------------------------------------------------------
 
-    def write_fits(self, targets: tuple[int, ...] = (64, 128)) -> dict[str, Any]:
+    def write_fits(self, targets: tuple[int, ...] = (64, 128)) -> FitsDocument:
         """A fits.json shaped like `sweeper fit`'s, from the simulated truth (not a real fit)."""
         s = self.spec
         depths = sorted(s.depths)
@@ -355,14 +351,14 @@ class SyntheticSweep:
                 "compute_exponent": est(-t.alpha * 0.9, 0.05),
                 "sensitivity": [],
             }  # fmt: skip
-        fits = {
+        fits = FitsDocument.from_json({
             "version": 1, "created": T0, "x": "depth", "x_label": "Depth (blocks)",
             "n_definition": "all parameters, embeddings included", "c_definition": "6·N·D plus attention",
             "methods": methods,
-            "ranking": [{"method": m, "compute_exponent": v["compute_exponent"]["value"],
-                         "loss_at_largest": v["loss_fit"]["points"][-1][1]} for m, v in sorted(methods.items())],
-        }  # fmt: skip
-        write_json_atomic(self.root / FITS, fits)
+        })  # fmt: skip
+        fits.ranking = [RankRow(method=m, compute_exponent=v.compute_exponent.value,  # type: ignore[union-attr]
+                                loss_at_largest=v.loss_fit.points[-1][1]) for m, v in sorted(fits.methods.items())]
+        write_fits(self.root, fits)
         return fits
 
 

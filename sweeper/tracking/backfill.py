@@ -8,7 +8,7 @@ logged live, never makes a second run of a point.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,19 +16,20 @@ import polars as pl
 
 from sweeper.core.rows import CellRow, PointRow
 from sweeper.core.states import PointState
-from sweeper.records.store import load_cells, load_curves, load_points, read_manifest
+from sweeper.records.manifest import Manifest, read_manifest
+from sweeper.records.store import load_cells, load_curves, load_points
 from sweeper.tracking.core import Tracker, Tracking
 
 
-def recipes_of(manifest: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def recipes_of(manifest: Manifest) -> dict[str, dict[str, Any]]:
     """Cell id -> the recipe the manifest recorded for it (model, train, data, divergence)."""
-    return {cid: dict(entry.get("compat") or {}) for cid, entry in (manifest.get("cells") or {}).items()}
+    return {cid: dict(entry.compat) for cid, entry in manifest.cells.items()}
 
 
 def backfill(sweep_dir: Path, trackers: list[Tracker], warn: Callable[[str], None]) -> dict[str, Any]:
     """Send the stored sweep to `trackers`; returns what was sent and which trackers failed."""
     manifest = read_manifest(sweep_dir)
-    sweep = str(manifest.get("name") or sweep_dir.name)
+    sweep = manifest.name_or(sweep_dir)
     points = [PointRow.from_columns(row) for row in load_points(sweep_dir).iter_rows(named=True)]
     curves = load_curves(sweep_dir).sort("point_id", "attempt", "tokens", "step")
     cells = [CellRow.from_columns(row) for row in load_cells(sweep_dir).iter_rows(named=True)]

@@ -14,6 +14,8 @@ import pytest
 from dashboards import figures, style
 from dashboards.data import Filters, SweepData
 from dashboards.figures.common import group_status
+from sweeper.analysis.fits.document import FitsDocument
+from sweeper.records.document import DocumentError
 
 from .conftest import HOSTILE
 
@@ -221,13 +223,12 @@ def test_loss_vs_lr_facet_by_size_colours_lines_by_method(finished):
 
 def test_scaling_draws_the_fitted_curve_band_points_and_holdout_from_fits(finished):
     spec = figures.scaling(finished)
-    fits = finished.fits["methods"]
-    for method, entry in fits.items():
-        fit = entry["loss_fit"]
+    for method, entry in finished.fits.methods.items():
+        fit = entry.loss_fit
         line = by_uid(spec, "scaling", method, "fit")
-        curve = np.array(fit["curve"])
+        curve = np.array(fit.curve)
         assert np.allclose(line["x"], curve[:, 0]) and np.allclose(line["y"], curve[:, 1])
-        if fit["trustworthy"]:
+        if fit.trustworthy:
             band = by_uid(spec, "scaling", method, "band")
             n = len(curve)
             assert np.allclose(band["y"][:n], curve[:, 3]) and np.allclose(band["y"][n:], curve[::-1, 2])
@@ -235,12 +236,12 @@ def test_scaling_draws_the_fitted_curve_band_points_and_holdout_from_fits(finish
         else:  # an unreliable fit: dashed, named so, and its (meaningless) interval not drawn
             assert not [t for t in spec["data"] if t["uid"] == figures.uid("scaling", method, "band")]
             assert "(unreliable)" in line["name"] and "unreliable" in spec["layout"]["title"]["subtitle"]["text"]
-        assert f"α = {fit['alpha']['value']:.3f}" in line["name"]
-        assert (line["line"]["dash"] == "solid") == fit["trustworthy"]
+        assert f"α = {fit.alpha.value:.3f}" in line["name"]
+        assert (line["line"]["dash"] == "solid") == fit.trustworthy
         points = by_uid(spec, "scaling", method, "points")
-        assert points["x"] == [p[0] for p in fit["points"]]
+        assert points["x"] == [p[0] for p in fit.points]
         hold = by_uid(spec, "scaling", method, "holdout")
-        assert hold["x"] == [fit["holdout"]["x"]] and hold["y"] == [fit["holdout"]["actual"]]
+        assert hold["x"] == [fit.holdout.x] and hold["y"] == [fit.holdout.actual]
         assert line["line"]["color"] == finished.colours[method]
     assert spec["layout"]["xaxis"]["type"] == "log"
     assert any(s.get("fillcolor") for s in spec["layout"].get("shapes", []))  # the extrapolated region
@@ -265,14 +266,14 @@ def test_scaling_without_fits_shows_the_cells_best_losses(midway):
 
 def test_optimal_lr_draws_fit_band_and_extrapolated_targets_with_intervals(finished):
     spec = figures.optimal_lr(finished)
-    for method, entry in finished.fits["methods"].items():
-        fit = entry["lr_fit"]
+    for method, entry in finished.fits.methods.items():
+        fit = entry.lr_fit
         targets = by_uid(spec, "optimal_lr", method, "targets")
-        assert targets["x"] == [t["x"] for t in fit["targets"]]
-        assert np.allclose(targets["y"], [t["lr"] for t in fit["targets"]])
-        assert np.allclose(np.array(targets["y"]) + targets["error_y"]["array"], [t["hi"] for t in fit["targets"]])
-        assert np.allclose(np.array(targets["y"]) - targets["error_y"]["arrayminus"], [t["lo"] for t in fit["targets"]])
-        if fit["trustworthy"]:
+        assert targets["x"] == [t.x for t in fit.targets]
+        assert np.allclose(targets["y"], [t.lr for t in fit.targets])
+        assert np.allclose(np.array(targets["y"]) + targets["error_y"]["array"], [t.hi for t in fit.targets])
+        assert np.allclose(np.array(targets["y"]) - targets["error_y"]["arrayminus"], [t.lo for t in fit.targets])
+        if fit.trustworthy:
             assert by_uid(spec, "optimal_lr", method, "band")["fill"] == "toself"
     assert spec["layout"]["yaxis"]["type"] == "log" and spec["layout"]["xaxis"]["type"] == "log"
     ticks = spec["layout"]["xaxis"]["tickvals"]
@@ -293,15 +294,20 @@ def test_optimal_lr_without_fits_plots_each_cells_interpolated_optimum(midway):
 
 
 def test_fits_with_missing_fields_do_not_break_the_figures(finished):
-    broken = {"version": 1, "x": "depth", "methods": {
-        "pre": {"loss_fit": {"curve": [[4, 3.9, None, None], [8, "x"], [16, 3.6, 3.5, 3.7]], "alpha": {"value": None}},
+    sparse = FitsDocument.from_json({"version": 1, "x": "depth", "methods": {
+        "pre": {"loss_fit": {"curve": [[4, 3.9, None, None], [8, None], [16, 3.6, 3.5, 3.7]], "alpha": {"value": None}},
                 "lr_fit": {"curve": [], "targets": [{"x": 64}]}},
-        "post": None, "layerrope": {"loss_fit": "nonsense"}}}  # fmt: skip
-    data = SweepData.build("b", finished.points, finished.cells, finished.curves, broken)
+        "layerrope": {}}})  # fmt: skip
+    data = SweepData.build("b", finished.points, finished.cells, finished.curves, sparse)
     for build in (figures.scaling, figures.optimal_lr):
         figures.to_figure(build(data))
     line = by_uid(figures.scaling(data), "scaling", "pre", "fit")
     assert line["x"] == [4.0, 16.0]
+    # a wrongly typed one never reaches the figures: it is refused where fits.json is read
+    for wrong in ({"methods": {"post": None}}, {"methods": {"layerrope": {"loss_fit": "nonsense"}}},
+                  {"methods": {"pre": {"loss_fit": {"curve": [[8, "x"]]}}}}):
+        with pytest.raises(DocumentError):
+            FitsDocument.from_json(wrong)
 
 
 # Learning curves ---------------------------------------------------------------------------------
@@ -438,7 +444,7 @@ def test_filters_keep_colours_and_shades_of_the_whole_sweep(finished):
     spec = figures.loss_vs_lr(narrowed)
     line = by_uid(spec, "loss_vs_lr", "method", "post", "L16", "line")
     assert line["line"]["color"] == finished.size_shade("post", "L16")
-    assert set(narrowed.fits["methods"]) == {"post"}
+    assert set(narrowed.fits.methods) == {"post"}
 
 
 def test_log_ticks_cover_the_range_with_readable_labels():

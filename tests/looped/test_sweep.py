@@ -102,7 +102,7 @@ def test_fits_and_dashboards_put_the_loop_count_on_the_x_axis(tmp_path, capsys):
     spec = SyntheticSpec(methods=("pre", "layerrope"), depths=(1, 2, 4, 8), loop_blocks=4, lrs_per_cell=5)
     sweep = SyntheticSweep(tmp_path / "s", spec)
     sweep.finish()
-    assert read_manifest(tmp_path / "s")["x"] == "loops"
+    assert read_manifest(tmp_path / "s").x == "loops"
     points = load_points(tmp_path / "s")
     assert set(points["loops"]) == {1, 2, 4, 8} and set(points["depth"]) == {4} and set(points["size"]) == {"T1", "T2", "T4", "T8"}
     data = load_dashboard(tmp_path / "s")
@@ -137,7 +137,7 @@ def test_a_loop_count_store_of_version_1_reads_its_loop_count(tmp_path):
         table = pq.read_table(chunk)
         table = table.set_column(table.schema.get_field_index("depth"), "depth", table["loops"]).drop(["loops"])
         write_parquet_atomic(table, chunk)
-    write_json_atomic(root / MANIFEST, {**read_manifest(root), "store_version": 1})
+    write_json_atomic(root / MANIFEST, {**read_manifest(root).to_json(), "store_version": 1})
     points, cells = load_points(root), load_cells(root)
     assert set(points["loops"]) == {1, 2, 4, 8} and points["depth"].null_count() == points.height
     assert set(cells["loops"]) == {1, 2, 4, 8}

@@ -119,7 +119,7 @@ def test_a_launch_writes_the_datas_unigram_entropy_and_stall_margin_into_the_man
     plan.sweep_dir.mkdir()
     manifest, _ = prepare(plan, None, corpus, entropy)
     stored = json.loads((plan.sweep_dir / MANIFEST).read_text())
-    assert stored["unigram_entropy"] == manifest["unigram_entropy"] == entropy and stored["stall_margin"] == 0.07
+    assert stored["unigram_entropy"] == manifest.to_json()["unigram_entropy"] == entropy and stored["stall_margin"] == 0.07
     assert main(["status", str(plan.sweep_dir)]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert f"data: unigram entropy {expected.nats:.4f} nats (exact, {expected.counted:,} training tokens)" in text

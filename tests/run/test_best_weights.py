@@ -33,7 +33,7 @@ def make_state(tmp_path: Path, **overrides) -> SweepRun:
            "train": {"steps": 30, "batch_size": 4}, "lr": {"center": 1e-3, "points": 3, "refine": False}, "stack": 3}
     raw.update(overrides)
     state = make_sweep(tmp_path, raw, concurrency=1)
-    write_json_atomic(state.plan.sweep_dir / "manifest.json", manifest_for(state.plan, None, "sqlite"))
+    write_json_atomic(state.plan.sweep_dir / "manifest.json", manifest_for(state.plan, None, "sqlite").to_json())
     state.load([])
     return state
 

@@ -70,7 +70,7 @@ def fixed_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     state.flush(force=True)
     sweep = state.plan.sweep_dir
     (sweep / "sweep.yaml").write_text(json.dumps(raw))
-    write_json_atomic(sweep / MANIFEST, manifest_for(state.plan, None, state.ledger.url))
+    write_json_atomic(sweep / MANIFEST, manifest_for(state.plan, None, state.ledger.url).to_json())
     return sweep
 
 

@@ -76,10 +76,11 @@ def test_a_simulated_sweep_finds_the_planted_optima_and_is_marked_simulated(ray_
     assert math.isclose(cells["post/L4/s0"]["best_lr"], 0.00707107, rel_tol=1e-3)
     assert cells["post/L4/s0"]["best_objective"] == pytest.approx(3.0)
     manifest = read_manifest(out)
-    assert manifest["simulated"]["surface"] == "planted" and manifest["corpus"].startswith("simulated:")
+    assert manifest.simulated is not None and manifest.simulated.surface == "planted"
+    assert manifest.corpus is not None and manifest.corpus.startswith("simulated:")
     # The launch's own costs are on record: reports received, Tune snapshots (one at least: the last).
-    launch = manifest["launches"][-1]
-    assert launch["reports"] >= 4 and launch["tune_snapshots"] >= 1 and launch["driver_cpu_seconds"] > 0
+    launch = manifest.launches[-1]
+    assert launch.reports >= 4 and launch.tune_snapshots >= 1 and launch.driver_cpu_seconds > 0  # type: ignore[operator]
     # Marked wherever results are shown, and never mixed with trained results.
     assert main(["optima", str(out)]) == 0
     assert "SIMULATED" in capsys.readouterr().out

@@ -268,7 +268,7 @@ def finished_sweep(tmp_path):
     (sweep / "sweep.yaml").write_text(json.dumps({
         "name": "unit", "methods": ["pre", "post"], "model": {"width": 32, "heads": 2, "depths": [2], "seq_len": 32},
         "train": {"steps": 30, "batch_size": 4}, "lr": {"center": 3e-3, "points": 3, "refine": False}}))
-    write_json_atomic(sweep / MANIFEST, manifest_for(state.plan, None, state.ledger.url))
+    write_json_atomic(sweep / MANIFEST, manifest_for(state.plan, None, state.ledger.url).to_json())
     return sweep
 
 
@@ -308,7 +308,7 @@ def test_status_repair_of_a_loop_count_sweep_finds_each_cells_lr_policy(tmp_path
     state.flush(force=True)
     sweep = state.plan.sweep_dir
     (sweep / "sweep.yaml").write_text(json.dumps(raw))
-    write_json_atomic(sweep / MANIFEST, manifest_for(state.plan, None, state.ledger.url))
+    write_json_atomic(sweep / MANIFEST, manifest_for(state.plan, None, state.ledger.url).to_json())
     assert main(["optima", str(sweep), "--format", "json"]) == 0
     before = json.loads(capsys.readouterr().out)["cells"]
     assert {r["status"] for r in before} == {"bracketed"}

@@ -160,7 +160,7 @@ def test_overrides_are_recorded_and_a_relaunch_without_them_resumes_the_same_swe
     plan.overrides, plan.document = validated.overrides, validated.document
     plan.sweep_dir.mkdir(parents=True)
     manifest, copy_name = sweep_dir.prepare(plan, None, None)  # what a launch writes before it trains
-    assert manifest["overrides"] == ["train.steps=7"]
+    assert manifest.overrides == ["train.steps=7"]
     copy = (plan.sweep_dir / copy_name).read_text()
     assert copy.startswith("# sweep.yaml as launched with these overrides") and "train.steps=7" in copy
     assert yaml.safe_load(copy)["train"]["steps"] == 7  # the copy launches the same sweep on its own

@@ -12,8 +12,7 @@ from sweeper.run.sweep_dir import check_compatible, check_output_dir, manifest_f
 from sweeper.core.errors import UserError
 from sweeper.search.planner import build_plan
 from sweeper.spec.schema import validate_data
-from sweeper.records.durable import write_json_atomic
-from sweeper.records.store import MANIFEST
+from sweeper.records.manifest import Manifest, write_manifest
 
 BASE = {
     "name": "relaunch",
@@ -28,11 +27,11 @@ def plan_for(tmp_path: Path, **changes):
     return build_plan(validate_data(raw), output=str(tmp_path / "sweep"))
 
 
-def launched(tmp_path: Path) -> dict:
+def launched(tmp_path: Path) -> Manifest:
     plan = plan_for(tmp_path)
     plan.sweep_dir.mkdir(parents=True)
     manifest = manifest_for(plan, None, "sqlite:///x")
-    write_json_atomic(plan.sweep_dir / MANIFEST, manifest)
+    write_manifest(plan.sweep_dir, manifest)
     return manifest
 
 
@@ -43,7 +42,7 @@ def test_new_methods_depths_and_seeds_extend_the_sweep(tmp_path):
     check_compatible(bigger, manifest)
     assert check_output_dir(bigger) == manifest
     merged = manifest_for(bigger, manifest, "sqlite:///x")
-    assert len(merged["cells"]) == 3 * 3 * 2
+    assert len(merged.cells) == 3 * 3 * 2
     # LR policy, resources, concurrency and stack may change freely.
     check_compatible(plan_for(tmp_path, lr={"center": 1e-2, "max_points": 20}, resources={"cpu": 2},
                               concurrency=1, stack=1, retries=4), manifest)

@@ -80,7 +80,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str], str
     plan = build_plan(validate_data(raw), output=str(tmp / "sweep"))
     plan.sweep_dir.mkdir(parents=True)
     ledger = OptunaLedger(storage_url("sqlite", plan.sweep_dir))
-    write_json_atomic(plan.sweep_dir / MANIFEST, manifest_for(plan, None, ledger.url))
+    write_json_atomic(plan.sweep_dir / MANIFEST, manifest_for(plan, None, ledger.url).to_json())
     (plan.sweep_dir / "sweep.yaml").write_text(yaml.safe_dump(raw))  # `sweeper track` reads its tracking section
     messages: list[str] = []
     tracking = open_tracking(plan, messages.append)

@@ -105,7 +105,7 @@ stack: 3
     points = load_points(sweep).filter(pl.col("state") == "ok")
     assert points["accuracy"].is_not_null().all()
     assert (points["objective"] - (1.0 - points["accuracy"])).abs().max() < 1e-9
-    assert read_manifest(sweep)["corpus"].startswith("builtin_images:")
+    assert str(read_manifest(sweep).corpus).startswith("builtin_images:")
     from dashboards.data import load_sweep as load_dashboard
 
     dashboard = load_dashboard(sweep)

@@ -7,7 +7,9 @@ uses too. Modules:
 - `shared`: the same form with one E shared across methods;
 - `sensitivity`: Wortsman LR sensitivity and the near-optimal LR range of a cell;
 - `collect`: the per-(method, size) results of a sweep directory, read through `sweeper.records.store`;
-- `report`: everything above assembled into the `fits.json` document.
+- `report`: everything above assembled into the `fits.json` document;
+- `document`: that document's type, `FitsDocument`, and fits.json's only reader and writer (`load_fits`,
+  `write_fits`), which `sweeper fit`, the dashboards and `sweeper.open` share.
 
 The names below load on first use (PEP 562), so that `sweeper.analysis.fits.units` and friends import
 without scipy: the CLI's argument errors must answer in well under a second.

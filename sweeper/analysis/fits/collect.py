@@ -39,7 +39,8 @@ import numpy as np
 
 from sweeper.analysis.fits.sensitivity import Sensitivity, lr_sensitivity
 from sweeper.core.errors import UserError
-from sweeper.records.store import load_cells, load_points, read_manifest
+from sweeper.records.manifest import read_manifest
+from sweeper.records.store import load_cells, load_points
 
 XAxis = Literal["depth", "params", "compute"]
 NDef = Literal["nonembed", "total"]
@@ -189,8 +190,8 @@ def collect(
     manifest = read_manifest(root)
     points = load_points(root)
     cells = load_cells(root)
-    name = str(manifest.get("name") or root.name)
-    default_x: XAxis = "params" if manifest.get("x") == "params" else "depth"
+    name = manifest.name_or(root)
+    default_x: XAxis = "params" if manifest.x == "params" else "depth"
     if cells.height == 0:
         what = f"{points.height} points recorded" if points.height else "no points recorded"
         raise UserError(f"{root}: no finished cells yet (no cell snapshot in store/cells.parquet; {what}); "
@@ -269,7 +270,7 @@ def collect(
     sizes = [_size_result(method, size, items) for (method, size), items in sorted(groups.items())]
     return SweepResults(name=name, default_x=default_x, sizes=sizes, excluded=excluded,
                         edge_included=edge_included, cells=sens, failed=failed_cells, n_cells=cells.height,
-                        loops_axis=manifest.get("x") == "loops")
+                        loops_axis=manifest.loop_axis)
 
 
 def _size_result(method: str, size: str, items: list[dict[str, Any]]) -> SizeResult:

@@ -1,4 +1,5 @@
-"""Every fit of a sweep, assembled into the `fits.json` document (CONTRACTS.md, version 1).
+"""Every fit of a sweep, assembled into the `fits.json` document (CONTRACTS.md, version 1), a
+`sweeper.analysis.fits.document.FitsDocument`.
 
 Per method: the loss fit against the chosen x (with its dense curve and band, predictions
 at the `--to` targets and the leave-largest-out check), the optimal-LR law, the compute
@@ -20,6 +21,27 @@ from typing import Any, Literal
 import numpy as np
 
 from sweeper.analysis.fits.collect import CDef, CellSensitivity, NDef, SizeResult, SweepResults, XAxis
+from sweeper.analysis.fits.document import (
+    ComputeExponent,
+    EstimateValue,
+    ExcludedCell,
+    FailedCell,
+    FitsDocument,
+    HoldoutCheck,
+    InputsSection,
+    LossFitSection,
+    MethodSection,
+    OptionsSection,
+    PowerLawSection,
+    PredictionRow,
+    RankRow,
+    Recipe,
+    SensitivityRow,
+    SharedEFit,
+    SharedESection,
+    SizeRow,
+)
+from sweeper.records.document import Record
 from sweeper.stats.estimate import Estimate
 from sweeper.stats.loglog import PowerLawFit
 from sweeper.stats.lrlaw import EXTRAPOLATION_NOTE, EXTRAPOLATION_WARN, fit_lr_law
@@ -79,8 +101,8 @@ def dense_grid(xs: np.ndarray, targets: tuple[float, ...]) -> np.ndarray:
     return np.unique(np.concatenate([grid, xs, np.asarray(targets, dtype=float)]))
 
 
-def _est(e: Estimate) -> dict[str, float | None]:
-    return e.to_dict()
+def _est(e: Estimate) -> EstimateValue:
+    return EstimateValue(**e.to_dict())
 
 
 def _num(v: Any) -> float | None:
@@ -97,10 +119,10 @@ def _curve_rows(xs: np.ndarray, pred: np.ndarray, lo: np.ndarray | None, hi: np.
     ]
 
 
-def build_report(results: SweepResults, opts: FitOptions) -> dict[str, Any]:
+def build_report(results: SweepResults, opts: FitOptions) -> FitsDocument:
     """The fits.json document for a collected sweep."""
-    methods: dict[str, Any] = {}
-    shared_summary: dict[str, Any] | None = None
+    methods: dict[str, MethodSection] = {}
+    shared_summary: SharedESection | None = None
     global_warnings: list[str] = []
     if results.edge_included:
         global_warnings.append(
@@ -113,7 +135,7 @@ def build_report(results: SweepResults, opts: FitOptions) -> dict[str, Any]:
 
     if opts.shared_e:
         shared_summary = apply_shared_e(methods, series, opts)
-        global_warnings.extend(shared_summary["warnings"])
+        global_warnings.extend(shared_summary.warnings)
 
     sizes_in_sweep = {s.size for s in results.sizes}
     if len({round(s.scale.x(opts.x, opts.n_def, opts.c_def) or 0, 9) for s in results.sizes}) < 2:
@@ -121,36 +143,36 @@ def build_report(results: SweepResults, opts: FitOptions) -> dict[str, Any]:
             f"only one size ({', '.join(sorted(sizes_in_sweep))}) has bracketed results: no scaling fit is possible; "
             "only the LR sensitivity is reported"
         )
-    return {
-        "version": VERSION,
-        "created": time.time(),
-        "sweep": results.name,
-        "x": opts.x,
-        "x_label": LOOPS_LABEL if opts.x == "depth" and results.loops_axis else
-                   X_LABELS[opts.x] + (f" ({'non-embedding' if opts.n_def == 'nonembed' else 'total'})"
-                                       if opts.x == "params" else ""),
-        "n_definition": n_definition(opts.n_def),
-        "c_definition": c_definition(opts.c_def, opts.n_def),
-        "e_model": "shared" if opts.shared_e else "per-method",
-        "shared_e": shared_summary,
-        "targets": [float(t) for t in opts.targets],
-        "inputs": {
-            "rule": ("per (method, size): best objective among ok points of bracketed cells, mean over seeds "
-                     "(a fixed-recipe method: its one point's objective at the recipe's LR, no LR law); "
-                     + ("edge cells included with a warning" if opts.include_edge else "edge cells excluded")
-                     + "; diverged, stalled and failed points never enter a loss fit"),
-            "lr_source": opts.lr_source,
-            "n_cells": results.n_cells,
-            "excluded": results.excluded,
-            "edge_included": results.edge_included,
-            "failed": results.failed,  # cells with no usable LR: every point diverged or stalled
-        },
-        "options": {"resamples": opts.resamples, "seed": opts.seed, "bootstrap": opts.scheme, "level": 0.95,
-                    "n_def": opts.n_def, "c_def": opts.c_def},
-        "methods": methods,
-        "ranking": _ranking(methods, series, opts),
-        "warnings": global_warnings,
-    }
+    return FitsDocument(
+        version=VERSION,
+        created=time.time(),
+        sweep=results.name,
+        x=opts.x,
+        x_label=LOOPS_LABEL if opts.x == "depth" and results.loops_axis else
+                X_LABELS[opts.x] + (f" ({'non-embedding' if opts.n_def == 'nonembed' else 'total'})"
+                                    if opts.x == "params" else ""),
+        n_definition=n_definition(opts.n_def),
+        c_definition=c_definition(opts.c_def, opts.n_def),
+        e_model="shared" if opts.shared_e else "per-method",
+        shared_e=shared_summary,
+        targets=[float(t) for t in opts.targets],
+        inputs=InputsSection(
+            rule=("per (method, size): best objective among ok points of bracketed cells, mean over seeds "
+                  "(a fixed-recipe method: its one point's objective at the recipe's LR, no LR law); "
+                  + ("edge cells included with a warning" if opts.include_edge else "edge cells excluded")
+                  + "; diverged, stalled and failed points never enter a loss fit"),
+            lr_source=opts.lr_source,
+            n_cells=results.n_cells,
+            excluded=[ExcludedCell(**e) for e in results.excluded],
+            edge_included=results.edge_included,
+            failed=[FailedCell(**f) for f in results.failed],  # no usable LR: every point diverged or stalled
+        ),
+        options=OptionsSection(resamples=opts.resamples, seed=opts.seed, bootstrap=opts.scheme, level=0.95,
+                               n_def=opts.n_def, c_def=opts.c_def),
+        methods=methods,
+        ranking=_ranking(methods, series, opts),
+        warnings=global_warnings,
+    )
 
 
 def _xy(sizes: list[SizeResult], opts: FitOptions, axis: XAxis | None = None) -> tuple[list[SizeResult], list[str]]:
@@ -164,7 +186,7 @@ def _xy(sizes: list[SizeResult], opts: FitOptions, axis: XAxis | None = None) ->
 
 def _method_section(
     method: str, sizes: list[SizeResult], cells: list[CellSensitivity], opts: FitOptions
-) -> dict[str, Any]:
+) -> MethodSection:
     usable, missing_warn = _xy(sizes, opts)
     x = np.array([s.scale.x(opts.x, opts.n_def, opts.c_def) for s in usable], dtype=float)
     y = np.array([s.objective for s in usable], dtype=float)
@@ -173,72 +195,79 @@ def _method_section(
 
     loss = fit_loss_curve(x, y, resamples=opts.resamples, seed=opts.seed, scheme=opts.scheme)
     fixed = bool(usable) and all(s.fixed_recipe for s in usable)
-    section: dict[str, Any] = {
-        "sizes": [_size_row(s, opts) for s in usable],
+    compute_exponent, compute_fit = _compute_section(sizes, opts, loss)
+    return MethodSection(
+        sizes=[_size_row(s, opts) for s in usable],
         # a fixed recipe (lr.fixed): the loss at the recipe's LR, and no LR law (no optimum was searched)
-        "recipe": ({"kind": "fixed", "lrs": sorted({float(v) for s in usable for v in s.lr_opt_seeds})} if fixed
-                   else {"kind": "optimum"}),
-        "loss_fit": loss_fit_section(loss, targets, opts, extra_warnings=missing_warn),
-        "lr_fit": None if fixed else _lr_section(x, lr, targets, opts),
-        "compute_exponent": None,
-        "sensitivity": _sensitivity_rows(method, cells, opts),
-    }
-    section["compute_exponent"], section["compute_fit"] = _compute_section(sizes, opts, loss)
-    return section
+        recipe=(Recipe(kind="fixed", lrs=sorted({float(v) for s in usable for v in s.lr_opt_seeds})) if fixed
+                else Recipe(kind="optimum")),
+        loss_fit=loss_fit_section(loss, targets, opts, extra_warnings=missing_warn),
+        lr_fit=None if fixed else _lr_section(x, lr, targets, opts),
+        compute_exponent=compute_exponent,
+        sensitivity=_sensitivity_rows(method, cells, opts),
+        compute_fit=compute_fit,
+    )
 
 
-def _size_row(s: SizeResult, opts: FitOptions) -> dict[str, Any]:
-    return {
-        "size": s.size,
-        "x": s.scale.x(opts.x, opts.n_def, opts.c_def),
-        "depth": s.scale.depth,
-        "params": s.scale.params,
-        "params_nonembed": s.scale.params_nonembed,
-        "compute": s.scale.compute(opts.c_def, opts.n_def),
-        "tokens": s.scale.tokens,
-        "loss": s.objective,
-        "loss_seeds": s.objective_seeds,
-        "loss_sd": s.objective_sd,  # the seeds' spread
-        "loss_se": s.objective_se,  # SE of the mean over seeds (from their spread; one seed: its eval SE)
-        "loss_eval_se": s.eval_se,  # the evaluation noise alone (the best points' SEs over the eval batches)
-        "loss_se_seeds": s.loss_se_seeds,
-        "lr_opt": s.lr_opt,
-        "lr_opt_seeds": s.lr_opt_seeds,
-        "lr_source": s.lr_sources,
-        "seeds": s.seeds,
-        "status": s.statuses,
-        "cells": s.cell_ids,
-    }
+def _size_row(s: SizeResult, opts: FitOptions) -> SizeRow:
+    return SizeRow(
+        size=s.size,
+        x=s.scale.x(opts.x, opts.n_def, opts.c_def),
+        depth=s.scale.depth,
+        params=s.scale.params,
+        params_nonembed=s.scale.params_nonembed,
+        compute=s.scale.compute(opts.c_def, opts.n_def),
+        tokens=s.scale.tokens,
+        loss=s.objective,
+        loss_seeds=s.objective_seeds,
+        loss_sd=s.objective_sd,  # the seeds' spread
+        loss_se=s.objective_se,  # SE of the mean over seeds (from their spread; one seed: its eval SE)
+        loss_eval_se=s.eval_se,  # the evaluation noise alone (the best points' SEs over the eval batches)
+        loss_se_seeds=s.loss_se_seeds,
+        lr_opt=s.lr_opt,
+        lr_opt_seeds=s.lr_opt_seeds,
+        lr_source=s.lr_sources,
+        seeds=s.seeds,
+        status=s.statuses,
+        cells=s.cell_ids,
+    )
 
 
 def loss_fit_section(
     fit: LossFit, targets: np.ndarray, opts: FitOptions, *, extra_warnings: list[str] | None = None,
-    holdout: bool = True,
-) -> dict[str, Any]:
-    """The contract's `loss_fit` object (plus: targets, status, dof, rss, optimizer, n_points, x_ref)."""
+    holdout: bool = True, curve: bool = True,
+) -> LossFitSection:
+    """The contract's `loss_fit` object (plus: targets, status, dof, rss, optimizer, n_points, x_ref);
+    without `curve` (the compute fit) the dense curve is left out of the document."""
     warnings = [*(extra_warnings or []), *fit.warnings]
-    section: dict[str, Any] = {
-        "E": _est(fit.E),
-        "A": _est(fit.A),
-        "A_at_xref": _est(fit.A_ref),
-        "alpha": _est(fit.alpha),
-        "loglog_slope": _est(fit.loglog_slope),
-        "points": [[float(a), float(b)] for a, b in zip(fit.x, fit.y)],
-        "curve": [],
-        "targets": [],
-        "holdout": None,
-        "status": fit.status,
-        "n_points": fit.n_points,
-        "dof": fit.dof,
-        "rss": fit.rss,
-        "x_ref": fit.x_ref,
-        "optimizer": fit.optimizer,
-        "loglog": None if fit.loglog is None else power_law_section(fit.loglog, targets, "loss"),
-    }
+    section = LossFitSection(
+        E=_est(fit.E),
+        A=_est(fit.A),
+        A_at_xref=_est(fit.A_ref),
+        alpha=_est(fit.alpha),
+        loglog_slope=_est(fit.loglog_slope),
+        points=[[float(a), float(b)] for a, b in zip(fit.x, fit.y)],
+        targets=[],
+        holdout=None,
+        status=fit.status,
+        n_points=fit.n_points,
+        dof=fit.dof,
+        rss=fit.rss,
+        x_ref=fit.x_ref,
+        optimizer=fit.optimizer,
+        loglog=None if fit.loglog is None else power_law_section(fit.loglog, targets, "loss"),
+    )
+    if curve:
+        section.curve = []
     if fit.status != "insufficient":
-        section["curve"], rows = _curve_and_targets(fit, targets, "loss")
+        rows: list[PredictionRow]
+        dense, rows = _curve_and_targets(fit, targets, "loss")
+        if curve:
+            section.curve = dense
         if targets.size:
-            section["targets"] = [{**row, "beyond_largest": float(row["x"] / fit.x.max())} for row in rows]
+            for row in rows:
+                row.beyond_largest = float(row.x / fit.x.max())
+            section.targets = rows
             far = [t for t in targets if t > EXTRAPOLATION_WARN * fit.x.max()]
             if far:
                 warnings.append(
@@ -247,30 +276,24 @@ def loss_fit_section(
                     "still holds there"
                 )
     if holdout:
-        section["holdout"], holdout_warnings = holdout_check(fit, opts)
+        section.holdout, holdout_warnings = holdout_check(fit, opts)
         warnings.extend(holdout_warnings)
-    section["warnings"] = warnings
-    section["trustworthy"] = fit.status == "ok" and not warnings
+    section.warnings = warnings
+    section.trustworthy = fit.status == "ok" and not warnings
     return section
 
 
-def power_law_section(fit: PowerLawFit, targets: np.ndarray, key: str) -> dict[str, Any]:
+def power_law_section(fit: PowerLawFit, targets: np.ndarray, key: Literal["loss", "lr"]) -> PowerLawSection:
     """A pure power law `y = coef·x^exponent` with its curve and target predictions (bands where possible)."""
-    section: dict[str, Any] = {
-        "coef": _est(fit.coef),
-        "exponent": _est(fit.exponent),
-        "curve": [],
-        "targets": [],
-        "dof": fit.dof,
-        "status": fit.status,
-        "warnings": list(fit.warnings),
-    }
+    section = PowerLawSection(coef=_est(fit.coef), exponent=_est(fit.exponent), curve=[], targets=[], dof=fit.dof,
+                              status=fit.status, warnings=list(fit.warnings))
     if fit.status != "insufficient":
-        section["curve"], section["targets"] = _curve_and_targets(fit, targets, key)
+        section.curve, section.targets = _curve_and_targets(fit, targets, key)
     return section
 
 
-def _curve_and_targets(fit: LossFit | PowerLawFit, targets: np.ndarray, key: str) -> tuple[list, list[dict[str, Any]]]:
+def _curve_and_targets(fit: LossFit | PowerLawFit, targets: np.ndarray,
+                       key: Literal["loss", "lr"]) -> tuple[list, list[PredictionRow]]:
     """The fit's dense curve (rows `[x, pred, lo, hi]`) and its predictions at the targets."""
     grid = dense_grid(fit.x, tuple(targets.tolist()))
     curve = _curve_rows(grid, *fit.predict(grid))
@@ -278,14 +301,14 @@ def _curve_and_targets(fit: LossFit | PowerLawFit, targets: np.ndarray, key: str
         return curve, []
     pred, lo, hi = fit.predict(targets)
     rows = [
-        {"x": float(t), key: _num(pred[i]), "lo": None if lo is None else _num(lo[i]),
-         "hi": None if hi is None else _num(hi[i])}
+        PredictionRow(**{"x": float(t), key: _num(pred[i]), "lo": None if lo is None else _num(lo[i]),
+                         "hi": None if hi is None else _num(hi[i])})
         for i, t in enumerate(targets)
     ]
     return curve, rows
 
 
-def holdout_check(fit: LossFit, opts: FitOptions) -> tuple[dict[str, Any] | None, list[str]]:
+def holdout_check(fit: LossFit, opts: FitOptions) -> tuple[HoldoutCheck | None, list[str]]:
     """Fit without the largest x, predict it, compare with the measured value."""
     distinct = np.unique(fit.x)
     if distinct.size < 4:
@@ -295,75 +318,77 @@ def holdout_check(fit: LossFit, opts: FitOptions) -> tuple[dict[str, Any] | None
     return holdout_record(sub, float(distinct[-1]), float(np.mean(fit.y[~keep])), opts)
 
 
-def holdout_record(sub: LossFit, x_out: float, actual: float, opts: FitOptions) -> tuple[dict[str, Any] | None, list[str]]:
+def holdout_record(sub: LossFit, x_out: float, actual: float,
+                   opts: FitOptions) -> tuple[HoldoutCheck | None, list[str]]:
     """Compare the prediction of `sub` (fitted without x_out) with the value measured at x_out."""
     if sub.status == "insufficient":
         return None, ["leave-largest-out check: the fit without the largest size is not possible"]
     pred, ci_lo, ci_hi = sub.predict(np.array([x_out]))
     pi = sub.prediction_interval(np.array([x_out]), seed=opts.seed + 2)
     predicted = float(pred[0])
-    out = {
-        "x": x_out,
-        "actual": actual,
-        "predicted": predicted,
-        "lo": None if pi is None else _num(pi[0][0]),
-        "hi": None if pi is None else _num(pi[1][0]),
-        "ci_lo": None if ci_lo is None else _num(ci_lo[0]),
-        "ci_hi": None if ci_hi is None else _num(ci_hi[0]),
-        "rel_error": (predicted - actual) / actual,
-        "interval": "prediction interval for one observation (curve uncertainty + point scatter); ci_* is the curve's",
-        "fit_warnings": sub.warnings,
-    }
+    rel_error = (predicted - actual) / actual
+    out = HoldoutCheck(
+        x=x_out,
+        actual=actual,
+        predicted=predicted,
+        lo=None if pi is None else _num(pi[0][0]),
+        hi=None if pi is None else _num(pi[1][0]),
+        ci_lo=None if ci_lo is None else _num(ci_lo[0]),
+        ci_hi=None if ci_hi is None else _num(ci_hi[0]),
+        rel_error=rel_error,
+        interval="prediction interval for one observation (curve uncertainty + point scatter); ci_* is the curve's",
+        fit_warnings=sub.warnings,
+    )
     warnings = []
     if pi is None:
-        out["within"] = None
+        out.within = None
         warnings.append("leave-largest-out: the fit without the largest size has no interval")
     else:
-        out["within"] = bool(pi[0][0] <= actual <= pi[1][0])
-        if not out["within"]:
+        out.within = bool(pi[0][0] <= actual <= pi[1][0])
+        if not out.within:
             warnings.append(
                 f"leave-largest-out: predicted {predicted:.4g} [{pi[0][0]:.4g}, {pi[1][0]:.4g}] at x = "
-                f"{format_size(x_out)} misses the measured {actual:.4g} ({out['rel_error']:+.2%}): the form does not "
+                f"{format_size(x_out)} misses the measured {actual:.4g} ({rel_error:+.2%}): the form does not "
                 "extrapolate these points"
             )
     return out, warnings
 
 
-def _lr_section(x: np.ndarray, lr: np.ndarray, targets: np.ndarray, opts: FitOptions) -> dict[str, Any]:
+def _lr_section(x: np.ndarray, lr: np.ndarray, targets: np.ndarray, opts: FitOptions) -> PowerLawSection:
     fit = fit_lr_law(x, lr, resamples=opts.resamples, seed=opts.seed + 3)
     section = power_law_section(fit, targets, "lr")
-    section["points"] = [[float(a), float(b)] for a, b in zip(fit.x, fit.y)]
-    section["form"] = "LR* = coef · x^exponent (least squares of log LR* on log x)"
-    section["n_points"] = fit.n_points
+    section.points = [[float(a), float(b)] for a, b in zip(fit.x, fit.y)]
+    section.form = "LR* = coef · x^exponent (least squares of log LR* on log x)"
+    section.n_points = fit.n_points
     if targets.size:
-        section["warnings"].extend(fit.extrapolation_warnings(targets, EXTRAPOLATION_NOTE))
-    section["trustworthy"] = fit.status == "ok" and not section["warnings"]
+        section.warnings.extend(fit.extrapolation_warnings(targets, EXTRAPOLATION_NOTE))
+    section.trustworthy = fit.status == "ok" and not section.warnings
     return section
 
 
 def _compute_section(
     sizes: list[SizeResult], opts: FitOptions, loss_on_x: LossFit
-) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+) -> tuple[ComputeExponent | None, LossFitSection | None]:
     """α of L = E + A·C^(-α) (the compute exponent) and the fit it comes from."""
     if opts.x == "compute":
         fit = loss_on_x
     else:
         usable, _ = _xy(sizes, opts, axis="compute")
         if len(usable) != len(sizes):
-            return None, {"warnings": ["training compute not recorded for every size: no compute exponent"],
-                          "trustworthy": False}
+            return None, LossFitSection(warnings=["training compute not recorded for every size: no compute exponent"],
+                                        trustworthy=False)
         c = np.array([s.scale.compute(opts.c_def, opts.n_def) for s in usable], dtype=float)
         y = np.array([s.objective for s in usable], dtype=float)
         fit = fit_loss_curve(c, y, resamples=opts.resamples, seed=opts.seed + 4, scheme=opts.scheme)
-    detail = loss_fit_section(fit, np.array([]), opts, holdout=False)
-    detail.pop("curve", None)
+    detail = loss_fit_section(fit, np.array([]), opts, holdout=False, curve=False)
     if fit.status != "ok" or fit.alpha.value is None:
         return None, detail
-    exponent = {**_est(fit.alpha), "loglog_slope": _est(fit.loglog_slope), "trustworthy": detail["trustworthy"]}
+    exponent = ComputeExponent(**fit.alpha.to_dict(), loglog_slope=_est(fit.loglog_slope),
+                               trustworthy=detail.trustworthy)
     return exponent, detail
 
 
-def _sensitivity_rows(method: str, cells: list[CellSensitivity], opts: FitOptions) -> list[dict[str, Any]]:
+def _sensitivity_rows(method: str, cells: list[CellSensitivity], opts: FitOptions) -> list[SensitivityRow]:
     mine = [c for c in cells if c.method == method]
     by_size: dict[str, list[CellSensitivity]] = {}
     for c in mine:
@@ -375,25 +400,25 @@ def _sensitivity_rows(method: str, cells: list[CellSensitivity], opts: FitOption
         near_lo = [c.result.near_opt_lo for c in group if c.result.near_opt_lo is not None]
         near_hi = [c.result.near_opt_hi for c in group if c.result.near_opt_hi is not None]
         warnings = sorted({w for c in group for w in c.result.warnings})
-        rows.append({
-            "size": size,
-            "x": group[0].scale.x(opts.x, opts.n_def, opts.c_def),
-            "value": float(np.mean(values)) if values else None,
-            "value_seeds": [c.result.value for c in group],
-            "value_common": float(np.mean(commons)) if commons else None,
-            "near_opt_lo": min(near_lo) if near_lo else None,
-            "near_opt_hi": max(near_hi) if near_hi else None,
-            "near_opt_at_edge": any(c.result.near_opt_at_edge for c in group),
-            "best_loss": _mean_or_none([c.result.best_loss for c in group]),
-            "n_lrs": sum(c.result.n_lrs for c in group),
-            "n_diverged": sum(c.result.n_diverged for c in group),
-            "lr_min": min((c.result.lr_min for c in group if c.result.lr_min is not None), default=None),
-            "lr_max": max((c.result.lr_max for c in group if c.result.lr_max is not None), default=None),
-            "seeds": [c.seed for c in group],
-            "status": [c.status for c in group],
-            "warnings": warnings,
-        })
-    rows.sort(key=lambda r: (r["x"] is None, r["x"] or 0.0, r["size"]))
+        rows.append(SensitivityRow(
+            size=size,
+            x=group[0].scale.x(opts.x, opts.n_def, opts.c_def),
+            value=float(np.mean(values)) if values else None,
+            value_seeds=[c.result.value for c in group],
+            value_common=float(np.mean(commons)) if commons else None,
+            near_opt_lo=min(near_lo) if near_lo else None,
+            near_opt_hi=max(near_hi) if near_hi else None,
+            near_opt_at_edge=any(c.result.near_opt_at_edge for c in group),
+            best_loss=_mean_or_none([c.result.best_loss for c in group]),
+            n_lrs=sum(c.result.n_lrs for c in group),
+            n_diverged=sum(c.result.n_diverged for c in group),
+            lr_min=min((c.result.lr_min for c in group if c.result.lr_min is not None), default=None),
+            lr_max=max((c.result.lr_max for c in group if c.result.lr_max is not None), default=None),
+            seeds=[c.seed for c in group],
+            status=[c.status for c in group],
+            warnings=warnings,
+        ))
+    rows.sort(key=lambda r: (r.x is None, r.x or 0.0, r.size))
     return rows
 
 
@@ -414,7 +439,7 @@ def _mean_or_none(values: list[float | None]) -> float | None:
     return float(np.mean(vals)) if vals else None
 
 
-def _ranking(methods: dict[str, Any], series: dict[str, list[SizeResult]], opts: FitOptions) -> list[dict[str, Any]]:
+def _ranking(methods: dict[str, MethodSection], series: dict[str, list[SizeResult]], opts: FitOptions) -> list[RankRow]:
     """Methods by loss at the largest size every method reached (lower first), with their compute exponents."""
     x_of = {m: {s.scale.x(opts.x, opts.n_def, opts.c_def): s.objective for s in sizes} for m, sizes in series.items()}
     ranked = {m: xs for m, xs in x_of.items() if xs and None not in xs}
@@ -422,44 +447,46 @@ def _ranking(methods: dict[str, Any], series: dict[str, list[SizeResult]], opts:
         return []
     common = set.intersection(*(set(xs) for xs in ranked.values()))
     # methods compare at equal recipe: every one at its optimum, or every one at the same fixed LR(s)
-    recipes = {json.dumps(methods[m].get("recipe", {"kind": "optimum"}), sort_keys=True) for m in ranked}
+    recipes = {json.dumps(methods[m].recipe.to_json(), sort_keys=True) for m in ranked}
     equal_recipe = len(recipes) == 1
     rows = []
     for m, xs in ranked.items():
         at = max(common) if common else max(xs)
-        ce = methods[m]["compute_exponent"]
+        ce = methods[m].compute_exponent
         lowest_everywhere = bool(common) and all(
             xs[x] <= min(other[x] for other in ranked.values()) for x in common
         )
-        rows.append({
-            "method": m,
-            "loss_at_largest": xs[at],
-            "x_at_largest": at,
-            "comparable": bool(common) and equal_recipe,
-            "recipe": methods[m].get("recipe", {"kind": "optimum"}),
-            "compute_exponent": None if ce is None else ce["value"],
-            "compute_exponent_lo": None if ce is None else ce["lo"],
-            "compute_exponent_hi": None if ce is None else ce["hi"],
-            "compute_exponent_trustworthy": None if ce is None else ce["trustworthy"],
-            "lowest_at_every_common_size": lowest_everywhere,
-            "n_sizes": len(xs),
-        })
-    rows.sort(key=lambda r: r["loss_at_largest"])
-    by_exponent = sorted((r for r in rows if r["compute_exponent"] is not None), key=lambda r: -r["compute_exponent"])
+        rows.append(RankRow(
+            method=m,
+            loss_at_largest=xs[at],
+            x_at_largest=at,
+            comparable=bool(common) and equal_recipe,
+            recipe=methods[m].recipe.model_copy(),
+            compute_exponent=None if ce is None else ce.value,
+            compute_exponent_lo=None if ce is None else ce.lo,
+            compute_exponent_hi=None if ce is None else ce.hi,
+            compute_exponent_trustworthy=None if ce is None else ce.trustworthy,
+            lowest_at_every_common_size=lowest_everywhere,
+            n_sizes=len(xs),
+        ))
+    rows.sort(key=lambda r: r.loss_at_largest)  # type: ignore[arg-type, return-value]
+    by_exponent = sorted((r for r in rows if r.compute_exponent is not None),
+                         key=lambda r: -r.compute_exponent)  # type: ignore[operator]
     for i, r in enumerate(rows):
-        r["rank"] = i + 1
+        r.rank = i + 1
     for i, r in enumerate(by_exponent):
-        r["rank_by_compute_exponent"] = i + 1
+        r.rank_by_compute_exponent = i + 1
     return rows
 
 
-def apply_shared_e(methods: dict[str, Any], series: dict[str, list[SizeResult]], opts: FitOptions) -> dict[str, Any]:
+def apply_shared_e(methods: dict[str, MethodSection], series: dict[str, list[SizeResult]],
+                   opts: FitOptions) -> SharedESection:
     """Replace each method's loss and compute fits in a fits.json document by shared-E fits.
 
     The independent per-method fits stay under `loss_fit_independent` / `compute_fit_independent`.
     Returns the document's `shared_e` summary (E with its interval per axis, and warnings).
     """
-    summary: dict[str, Any] = {"warnings": []}
+    summary = SharedESection(warnings=[])
     targets = np.asarray(opts.targets, dtype=float)
 
     def arrays(axis: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -473,13 +500,13 @@ def apply_shared_e(methods: dict[str, Any], series: dict[str, list[SizeResult]],
 
     data = arrays(opts.x)
     joint = fit_shared_e(data, resamples=opts.resamples, seed=opts.seed)
-    summary["loss"] = {"E": joint.E.to_dict(), "dof": joint.dof, "methods": sorted(joint.fits),
-                       "left_out": joint.left_out, "warnings": joint.warnings}
+    summary.loss = SharedEFit(E=_est(joint.E), dof=joint.dof, methods=sorted(joint.fits), left_out=joint.left_out,
+                              warnings=joint.warnings)
     if not joint.ok:
-        summary["warnings"].append("shared E: " + "; ".join(joint.warnings) + " (independent fits kept)")
+        summary.warnings.append("shared E: " + "; ".join(joint.warnings) + " (independent fits kept)")
         return summary
     for m, name in joint.left_out.items():
-        summary["warnings"].append(f"shared E: {m} left out ({name}); its independent fit is kept")
+        summary.warnings.append(f"shared E: {m} left out ({name}); its independent fit is kept")
 
     # Leave-largest-out with the shared E: every method that keeps two sizes loses its largest.
     held: dict[str, tuple[float, float]] = {}
@@ -493,40 +520,42 @@ def apply_shared_e(methods: dict[str, Any], series: dict[str, list[SizeResult]],
 
     for m, fit in joint.fits.items():
         section = loss_fit_section(fit, targets, opts, holdout=False)
-        section["e_model"] = "shared"
+        section.e_model = "shared"
         if sub is not None and m in sub.fits:
-            section["holdout"], extra = holdout_record(sub.fits[m], held[m][0], held[m][1], opts)
+            section.holdout, extra = holdout_record(sub.fits[m], held[m][0], held[m][1], opts)
         else:
             extra = ["leave-largest-out check with shared E needs 3 sizes of this method and 2 methods"]
-        section["warnings"].extend(extra)
-        section["trustworthy"] = fit.status == "ok" and not section["warnings"]
-        methods[m]["loss_fit_independent"] = methods[m]["loss_fit"]
-        methods[m]["loss_fit"] = section
+        section.warnings.extend(extra)
+        section.trustworthy = fit.status == "ok" and not section.warnings
+        methods[m].loss_fit_independent = methods[m].loss_fit
+        methods[m].loss_fit = section
 
     if opts.x != "compute":
         c_data = arrays("compute")
         c_joint = fit_shared_e(c_data, resamples=opts.resamples, seed=opts.seed + 4)
-        summary["compute"] = {"E": c_joint.E.to_dict(), "dof": c_joint.dof, "methods": sorted(c_joint.fits),
-                              "left_out": c_joint.left_out, "warnings": c_joint.warnings}
+        summary.compute = SharedEFit(E=_est(c_joint.E), dof=c_joint.dof, methods=sorted(c_joint.fits),
+                                     left_out=c_joint.left_out, warnings=c_joint.warnings)
         fits = c_joint.fits if c_joint.ok else {}
     else:
         fits = joint.fits
     for m, fit in fits.items():
-        detail = loss_fit_section(fit, np.array([]), opts, holdout=False)
-        detail.pop("curve", None)
-        detail["e_model"] = "shared"
-        methods[m]["compute_fit_independent"] = methods[m].get("compute_fit")
-        methods[m]["compute_fit"] = detail
+        detail = loss_fit_section(fit, np.array([]), opts, holdout=False, curve=False)
+        detail.e_model = "shared"
+        methods[m].compute_fit_independent = methods[m].compute_fit
+        methods[m].compute_fit = detail
         if fit.status == "ok" and fit.alpha.value is not None:
-            methods[m]["compute_exponent"] = {**fit.alpha.to_dict(), "loglog_slope": fit.loglog_slope.to_dict(),
-                                              "trustworthy": detail["trustworthy"], "e_model": "shared"}
+            methods[m].compute_exponent = ComputeExponent(**fit.alpha.to_dict(), loglog_slope=_est(fit.loglog_slope),
+                                                          trustworthy=detail.trustworthy, e_model="shared")
         else:
-            methods[m]["compute_exponent"] = None
+            methods[m].compute_exponent = None
     return summary
 
 
 def to_jsonable(value: Any) -> Any:
-    """Plain JSON types only: numpy scalars unwrapped, non-finite floats as null (fits.json forbids NaN)."""
+    """Plain JSON types only: numpy scalars unwrapped, non-finite floats as null (fits.json forbids NaN);
+    a document (`FitsDocument`, any section) as its JSON object."""
+    if isinstance(value, Record):
+        return value.to_json()
     if isinstance(value, dict):
         return {str(k): to_jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
