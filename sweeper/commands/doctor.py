@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
 
             ray.shutdown()
     else:
-        from sweeper.run.doctor import check_local  # (see above)
+        from sweeper.run.nodes import check_local  # (see above)
 
         found = check_local(storage, scratch, data_paths)
     if args.json:

@@ -2,12 +2,12 @@
 no CPU asked so that busy nodes answer too), each running `sweeper.run.nodes.probe`; and the same check
 that `sweeper launch --address` runs before its first trial.
 
-Without an address, the local machine is checked in this process (no Ray started: nothing to fan out).
+Without an address, the local machine is checked in the command's process, without Ray
+(`sweeper.run.nodes.check_local`).
 """
 
 from __future__ import annotations
 
-import socket
 from typing import Any
 
 import ray
@@ -25,12 +25,6 @@ class ClusterNotReady(UserError):
     """A node cannot reach the sweep's storage: exit code 1 (fix the cluster, launch again)."""
 
     exit_code = 1
-
-
-def check_local(storage: Storage | None, scratch: str | None, data_paths: list[str]) -> Report:
-    """This machine, in this process."""
-    node = socket.gethostname()
-    return report([probe(storage.to_dict() if storage else None, scratch, data_paths, node)], storage)
 
 
 def join(address: str) -> None:

@@ -150,3 +150,8 @@ def report(nodes: list[dict[str, Any]], storage: Storage | None, missing: list[s
                 problems.append(f"data {path}: node {name} cannot read it (copy the prepared corpus to the same path "
                                 "on every node, or put it on a shared filesystem)")
     return Report(nodes, storage.uri if storage else None, problems)
+
+
+def check_local(storage: Storage | None, scratch: str | None, data_paths: list[str]) -> Report:
+    """This machine, in this process (no Ray: nothing to fan out)."""
+    return report([probe(storage.to_dict() if storage else None, scratch, data_paths, socket.gethostname())], storage)
