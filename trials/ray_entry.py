@@ -28,6 +28,7 @@ same stack; the driver retries its points.
 
 from __future__ import annotations
 
+import errno
 import gc
 import json
 import shutil
@@ -37,6 +38,8 @@ from typing import Any
 from trials.infra import InfraFault, StorageError, kind_of_exception, one_line
 from trials.spec import StepReport, TrialSpec
 from trials.storage import Storage, scratch_dir
+
+FULL_DISK = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
 
 
 def _report_to_tune(report: StepReport, export: tuple[Path, Storage, str] | None = None) -> None:
@@ -53,6 +56,8 @@ def _report_to_tune(report: StepReport, export: tuple[Path, Storage, str] | None
         else:
             tune.report(report.metrics())
     except OSError as exc:  # Tune copies the checkpoint to the storage inside report
+        if exc.errno in FULL_DISK:
+            raise  # a full disk stops the sweep (the driver's rule for every trial that dies of one), no retry
         raise StorageError(f"reporting to Ray Tune: {one_line(exc)}") from exc
 
 
