@@ -47,8 +47,10 @@ STATUS_COLOURS: dict[str, str] = {
     "stalled": "#AE017E",  # every point diverged or stalled (learned nothing beyond token frequencies)
     "failed": "#969696",  # every point of the cell crashed
     "fixed": "#6BAED6",  # a fixed recipe (lr.fixed): trained at its one learning rate, no optimum searched
+    "infra_failed": "#FFD92F",  # waits for points the infrastructure failed (out of memory, storage, a lost node)
 }
-OUTCOME_COLOURS: dict[str, str] = {"ok": "#333333", "diverged": "#E34A33", "stalled": "#AE017E", "failed": "#7F7F7F"}
+OUTCOME_COLOURS: dict[str, str] = {"ok": "#333333", "diverged": "#E34A33", "stalled": "#AE017E", "failed": "#7F7F7F",
+                                   "infra_failed": "#FFD92F"}
 
 DIVERGED_SYMBOL = "x-thin-open"
 STALLED_SYMBOL = "square-open"  # trained to the end at the frequency-only loss

@@ -22,6 +22,9 @@ that started Ray had it. A missing file means no faults. The file holds a JSON l
 - `kind`:
   - `raise`: `InjectedFault` is raised before that step (a crash in the training code;
     Ray Tune restarts the trial from its last checkpoint, up to the sweep's `retries`);
+  - `oom`: `torch.cuda.OutOfMemoryError` (CUDA's own message) is raised before that step, on any
+    device: an infrastructure fault (`trials.infra`), which the driver retries with a smaller stack
+    and never records as the learning rate's result;
   - `hang`: the trial stops making progress for `seconds` (default 3600) before that step
     (a stuck worker; the log line carries the pid, so a test can kill the process);
   - `nan` / `inf`: the member's loss at that step is multiplied by NaN / +Inf, so the
@@ -54,7 +57,7 @@ from trials.spec import TrialSpec
 from trials.train import Trial
 
 ENV = "LAYERROPE_SWEEPER_FAULTS"
-KINDS = ("raise", "hang", "nan", "inf", "spike", "explode")
+KINDS = ("raise", "oom", "hang", "nan", "inf", "spike", "explode")
 LOSS_FACTORS = {"nan": math.nan, "inf": math.inf}
 DEFAULT_FACTOR = {"spike": 10.0, "explode": math.inf}
 
@@ -138,6 +141,10 @@ class FaultyTrial(Trial):
         for fault, _ in due:
             if fault.kind == "raise":
                 raise InjectedFault(f"injected fault at step {fault.step} of {fault.point}")
+            if fault.kind == "oom":
+                raise torch.cuda.OutOfMemoryError(
+                    f"CUDA out of memory. Tried to allocate 2.00 GiB (injected at step {fault.step} of {fault.point}, "
+                    f"a stack of {len(self.slots)})")
             if fault.kind == "hang":
                 time.sleep(fault.seconds)
         self._loss_factors = {slot: LOSS_FACTORS.get(f.kind, f.factor) for f, slot in due

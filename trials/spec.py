@@ -127,6 +127,7 @@ class StepReport:
     done: bool
     checkpoint: str | None = None  # the checkpoint folder written at this step, if any (not a metric)
     results: list[PointResult] | None = None  # the last report only: one per member
+    fault: dict[str, str] | None = None  # an infrastructure fault ended the trial (`trials.infra.InfraFault.to_dict`)
 
     def metrics(self) -> dict[str, Any]:
         """The flat dict reported to Ray Tune (with `results` on the last report of a trial)."""
@@ -134,6 +135,8 @@ class StepReport:
                "done": self.done, "members": [m.to_dict() for m in self.members]}
         if self.results is not None:
             out["results"] = [r.to_dict() for r in self.results]
+        if self.fault is not None:
+            out["fault"] = dict(self.fault)
         return out
 
     @classmethod
@@ -146,6 +149,7 @@ class StepReport:
             members=[MemberReport.from_dict(m) for m in d.get("members") or [] if isinstance(m, dict)],
             done=bool(d.get("done")),
             results=[PointResult.from_dict(r) for r in results if isinstance(r, dict)] if results is not None else None,
+            fault=dict(d["fault"]) if isinstance(d.get("fault"), dict) else None,
         )
 
 

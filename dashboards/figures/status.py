@@ -48,6 +48,7 @@ def status_grid(data: SweepData) -> FigureDict:
             (pl.col("state") == "diverged").sum().alias("diverged"),
             (pl.col("state") == "stalled").sum().alias("stalled"),
             (pl.col("state") == "failed").sum().alias("failed"),
+            (pl.col("state") == "infra_failed").sum().alias("infra_failed"),
         )
         .iter_rows(named=True)
     }
@@ -77,7 +78,7 @@ def status_grid(data: SweepData) -> FigureDict:
             tr.append(f"{st}<br>{done}/{total} pts")
             details = [f"{done} of {total} points done", f"{c.get('running', 0)} running",
                        f"{c.get('diverged', 0)} diverged", f"{c.get('stalled', 0)} stalled",
-                       f"{c.get('failed', 0)} failed"]  # fmt: skip
+                       f"{c.get('failed', 0)} failed", f"{c.get('infra_failed', 0)} infra_failed"]  # fmt: skip
             hr.append("<br>".join(details + seeds.get((m, s), [])))
         z.append(zr)
         text.append(tr)
@@ -95,7 +96,7 @@ def status_grid(data: SweepData) -> FigureDict:
     ]  # fmt: skip
     shown = set(status.values())
     for name in order:
-        if name in ("failed", "stalled", "fixed") and name not in shown:
+        if name in ("failed", "stalled", "fixed", "infra_failed") and name not in shown:
             continue  # a rare status (or a fixed-recipe sweep's): in the legend only when some cell has it
         traces.append(
             {

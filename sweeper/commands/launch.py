@@ -34,7 +34,11 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("file", help="the sweep YAML file")
     add_overrides(parser)
-    parser.add_argument("--address", help="join an existing Ray cluster ('auto', HOST:PORT or ray://HOST:PORT)")
+    parser.add_argument("--address",
+                        help="join an existing Ray cluster: 'auto' or HOST:PORT (the head's GCS port, 6379), from the "
+                             "head node or a machine inside the cluster's network; ray:// (Ray Client) is refused: "
+                             "Ray Tune would run this sweep's recorder on the head. Every node's access to the "
+                             "storage is checked first (sweeper doctor)")
     add_out(parser, "the sweep directory (default: the YAML's `output`, else runs/NAME)", aliases=("--output",),
             metavar="DIR")
     parser.add_argument("--dry-run", action="store_true", help="print the plan (cells, grids, FLOPs, GPU-hours) and exit")
@@ -171,13 +175,21 @@ def print_summary(summary: Any, console: Any) -> None:
             highlight=False,
         )
     resumed = summary.resumed
-    if any(resumed.get(k) for k in ("finished", "resumed", "rerun", "retried")):
+    if any(resumed.get(k) for k in ("finished", "resumed", "rerun", "retried", "infra_retried")):
         console.print(
             f"from earlier launches: {resumed.get('finished', 0)} finished points kept, "
             f"{resumed.get('resumed', 0)} resumed from checkpoints, {resumed.get('rerun', 0)} re-run, "
-            f"{resumed.get('retried', 0)} failed points retried",
+            f"{resumed.get('retried', 0)} failed points retried, {resumed.get('infra_retried', 0)} infra_failed "
+            "points retried",
             highlight=False,
         )
+    faults = getattr(summary, "infra_faults", None) or {}
+    if faults:
+        kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(faults.items()))
+        console.print(f"infrastructure faults (retried, never a learning rate's result): {kinds}", highlight=False)
+    if summary.counts.get("infra_failed"):
+        console.print(f"{summary.counts['infra_failed']} cell(s) wait for points the infrastructure failed after "
+                      "their retries; relaunch the same command to train them again", highlight=False)
     sim = summary.simulation
     if sim:
         util = sim.get("gpu_utilisation")

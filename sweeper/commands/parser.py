@@ -19,6 +19,7 @@ COMMANDS = [
     "models",
     "trial",
     "launch",
+    "doctor",
     "status",
     "optima",
     "export",

@@ -153,7 +153,7 @@ class PointRow:
 
     cell: CellFacts
     lr: float = column("float", "the learning rate (6 significant digits)")
-    state: PointState = column("str", "queued | running | ok | diverged | stalled | failed "
+    state: PointState = column("str", "queued | running | ok | diverged | stalled | failed | infra_failed "
                                       "(sweeper.core.states.PointState)", default=PointState.QUEUED)
     objective: float | None = column("float", "what bracketing minimises (final eval loss, or error rate); null "
                                               "unless ok", default=None)

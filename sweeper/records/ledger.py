@@ -17,8 +17,9 @@ Mapping
 - states: RUNNING = queued or running (see the `state` attr), COMPLETE = ok (value = the
   objective), PRUNED = diverged, or stalled when the `state` attr says so (like a diverged
   point, a stalled one is no optimum; its attr `reason` says it learned nothing beyond token
-  frequencies, and its metrics keep its loss), FAIL = failed (attr `reason`). A point retried after a
-  failure gets a new entry; the newest entry of a point_id is the point.
+  frequencies, and its metrics keep its loss), FAIL = failed (attr `reason`), or infra_failed when the
+  `state` attr says so (an infrastructure fault outlasted the driver's retries). A point retried after
+  a failure gets a new entry; the newest entry of a point_id is the point.
 
 `Ledger` is the contract the driver writes through (one commit per call); `OptunaLedger`
 implements it over any Optuna storage.
@@ -199,7 +200,7 @@ class OptunaLedger:
 
     def finish(self, entry: int, row: PointRow) -> None:
         """Record a finished point: ok → COMPLETE(objective), diverged and stalled → PRUNED (the
-        `state` attr tells them apart), failed → FAIL."""
+        `state` attr tells them apart), failed and infra_failed → FAIL (the same)."""
         metrics = row.metrics()
         extra = {"reason": metrics["reason"]} if metrics.get("reason") else {}
         self._update(entry, state=row.state.value, metrics=metrics, **extra)
@@ -246,6 +247,8 @@ class OptunaLedger:
                     state = PointState(recorded) if recorded in ACTIVE_STATES else PointState.RUNNING
                 elif t.state == TrialState.PRUNED and t.user_attrs.get("state") == PointState.STALLED.value:
                     state = PointState.STALLED
+                elif t.state == TrialState.FAIL and t.user_attrs.get("state") == PointState.INFRA_FAILED.value:
+                    state = PointState.INFRA_FAILED
                 elif t.state in _STATE_OF:
                     state = _STATE_OF[t.state]
                 else:

@@ -68,6 +68,7 @@ def optima(sweep_dir: str | Path) -> list[dict[str, Any]]:
             "n_diverged": sum(p.state is PointState.DIVERGED for p in pts),
             "n_stalled": sum(p.state is PointState.STALLED for p in pts),
             "n_failed": sum(p.state is PointState.FAILED for p in pts),
+            "n_infra_failed": sum(p.state is PointState.INFRA_FAILED for p in pts),
             "n_running": sum(p.state.is_active for p in pts),
         }
         rows.append((cell_order({**row, "loops": facts.loops}), row))

@@ -11,8 +11,9 @@ Layout of a sweep directory (everything the tool keeps about one sweep)::
       store/curves/        learning-curve rows (train loss every report, eval loss when evaluated)
       store/cells.parquet  the latest snapshot of every cell's bracketing status
       fits.json            written by `sweeper fit`, read by the dashboards (sweeper.analysis.fits.document)
-      checkpoints/         per-Tune-trial checkpoints (resume after a kill)
-      ray/                 Ray Tune's experiment folder
+      weights/, exports/   kept best weights, exported weights (copied here by the driver)
+      ray/                 the sweep's storage when `ray.storage` is not set (`sweeper.run.storage`):
+                           Tune's runs and the trials' checkpoints, staged weights, shared caches
 
 One writer (the driver) appends chunks; any number of readers (status, optima, fit,
 dashboards) read concurrently. A chunk becomes visible only by an atomic rename of a
@@ -33,6 +34,8 @@ read as version 2 would write them, with the number of blocks unknown, and `swee
 rebuilds such a store from the ledger before it appends to it. Version 3 added the point state
 `stalled` and the columns `loss_se`, `unigram_loss`, `loss_batches` (points), `n_stalled`
 (cells) and `eval_loss_se` (curves); a version-2 store reads them as null and is continued as it is.
+The point state and cell status `infra_failed` came later without a new version (no column changed):
+an older reader fails only on a store that holds one.
 """
 
 from __future__ import annotations

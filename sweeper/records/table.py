@@ -24,6 +24,7 @@ STATUS_STYLE = {
     "stalled": "bold magenta",
     "failed": "bold red",
     "fixed": "cyan",
+    "infra_failed": "bold yellow",
 }
 
 
@@ -67,7 +68,7 @@ def status_counts(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
 
 def counts_line(counts: dict[str, int]) -> str:
     order = [CellStatus.BRACKETED, CellStatus.FIXED, CellStatus.RUNNING, CellStatus.PENDING, CellStatus.EDGE,
-             CellStatus.DIVERGED, CellStatus.STALLED, CellStatus.FAILED]
+             CellStatus.DIVERGED, CellStatus.STALLED, CellStatus.FAILED, CellStatus.INFRA_FAILED]
     parts = [f"{counts[s]} {s}" for s in order if counts.get(s)]
     return ", ".join(parts) if parts else "no cells"
 

@@ -16,7 +16,12 @@ Rules
   evaluation loss is not `divergence.stall_margin` below the frequency-only loss, the trial
   says so), `diverged` as soon as a report says so; a trial that ends otherwise fails its points, unless the sweep is stopping (Ctrl-C, a
   storage fault), when they stay active and the next launch resumes them.
-- A finished point is never assigned again (`--retry-failed` re-queues failed ones at load).
+- A finished point is never assigned again in a launch (`--retry-failed` re-queues failed ones at
+  load; `infra_failed` ones are re-queued at load without being asked).
+- Infrastructure faults (`infra_fault`: out of memory, storage, a lost node or actor, preemption;
+  `trials.infra`) never fail a point: it is queued again after a backoff (out of memory: its cell's
+  stacks are halved, and at one learning rate a stack its micro-batch), and after `infra_retries` of
+  them in one launch it ends `infra_failed`, which its cell waits for (`sweeper.search.bracketing`).
 - New learning rates come from `sweeper.search.bracketing.decide` only, first ones from
   `sweeper.search.prior.first_grid`. Every learning rate a cell decides to train joins its
   *plan* (`plans`), and each assignment carries the plan so far to the ledger, in the same
@@ -31,6 +36,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
+from models.family import get_family
 from sweeper.core.ids import cell_of
 from sweeper.core.rows import CellRow, CurvePoint, PointRow, cell_status, encode_batches, finite
 from sweeper.core.states import CellStatus, PointState
@@ -49,11 +55,12 @@ class PointEvent(Enum):
     STALL = "stall"  # a final report: trained to the end, learned nothing beyond token frequencies
     FAIL = "fail"
     REQUEUE = "requeue"  # its trial is gone: train it again from the start
-    RETRY = "retry"  # --retry-failed at load
+    RETRY = "retry"  # --retry-failed at load (and every infra_failed point)
+    INFRA_FAIL = "infra_fail"  # infrastructure faults outlasted the retries of this launch
 
 
-_Q, _R, _OK, _DIV, _ST, _FAIL = (PointState.QUEUED, PointState.RUNNING, PointState.OK, PointState.DIVERGED,
-                                 PointState.STALLED, PointState.FAILED)
+_Q, _R, _OK, _DIV, _ST, _FAIL, _INFRA = (PointState.QUEUED, PointState.RUNNING, PointState.OK, PointState.DIVERGED,
+                                         PointState.STALLED, PointState.FAILED, PointState.INFRA_FAILED)
 TRANSITIONS: dict[tuple[PointState, PointEvent], PointState] = {
     (_Q, PointEvent.ASSIGN): _Q,
     (_Q, PointEvent.START): _R,
@@ -62,7 +69,8 @@ TRANSITIONS: dict[tuple[PointState, PointEvent], PointState] = {
     (_Q, PointEvent.STALL): _ST, (_R, PointEvent.STALL): _ST,
     (_Q, PointEvent.FAIL): _FAIL, (_R, PointEvent.FAIL): _FAIL,
     (_Q, PointEvent.REQUEUE): _Q, (_R, PointEvent.REQUEUE): _Q,
-    (_FAIL, PointEvent.RETRY): _Q,
+    (_Q, PointEvent.INFRA_FAIL): _INFRA, (_R, PointEvent.INFRA_FAIL): _INFRA,
+    (_FAIL, PointEvent.RETRY): _Q, (_INFRA, PointEvent.RETRY): _Q,
 }
 
 
@@ -102,9 +110,23 @@ class LoadCounts:
     resumed: int = 0
     rerun: int = 0
     retried: int = 0
+    infra_retried: int = 0  # infra_failed points of an earlier launch, queued again
 
     def as_dict(self) -> dict[str, int]:
-        return {"finished": self.finished, "resumed": self.resumed, "rerun": self.rerun, "retried": self.retried}
+        return {"finished": self.finished, "resumed": self.resumed, "rerun": self.rerun, "retried": self.retried,
+                "infra_retried": self.infra_retried}
+
+
+@dataclass(frozen=True)
+class InfraRetry:
+    """How a launch retries points that infrastructure faults ended: `retries` new trials per point, the
+    first after `backoff` seconds, doubling."""
+
+    retries: int = 3
+    backoff: float = 10.0
+
+    def delay(self, attempt: int) -> float:
+        return self.backoff * 2 ** max(0, attempt - 1)
 
 
 class CellBook:
@@ -120,6 +142,11 @@ class CellBook:
         self.ignored: Counter[str] = Counter()  # events that changed nothing, by reason
         self.decisions_changed = True  # a decision changed since the caller last looked
         self.unigram: dict[str, object] | None = None  # the data's unigram entropy as the first final result gave it
+        self.infra = InfraRetry()
+        self.infra_attempts: Counter[str] = Counter()  # point -> infrastructure retries in this launch
+        self.not_before: dict[str, float] = {}  # point -> earliest time of its retry (the backoff)
+        self.stack_cap: dict[str, int] = {}  # cell -> largest stack since one of its stacks ran out of memory
+        self.micro_batch: dict[str, int] = {}  # cell -> micro-batch since a one-point stack ran out of memory
 
     # -- loading --------------------------------------------------------------------------------
     def load(self, rows: Iterable[PointRow], *, holders: Mapping[str, str] | None = None, retry_failed: bool = False,
@@ -141,14 +168,18 @@ class CellBook:
             self.points[cid][row.point_id] = row
             if row.corpus and self.expected_corpus is None:
                 self.expected_corpus = row.corpus
-            if row.state.is_finished and not (retry_failed and row.state is PointState.FAILED):
+            again = row.state.retried_on_relaunch or (retry_failed and row.state is PointState.FAILED)
+            if row.state.is_finished and not again:
                 counts.finished += 1
                 if store_states.get(row.point_id) != row.state:
                     changes.append(Change(row))
-            elif row.state is PointState.FAILED:  # retry: a new ledger entry, attempt counting on
+            elif row.state.is_finished:  # retry: a new ledger entry, attempt counting on
+                if row.state.retried_on_relaunch:
+                    counts.infra_retried += 1
+                else:
+                    counts.retried += 1
                 new = self._set(row, PointEvent.RETRY, tune_trial_id=None, reason=None, objective=None)
                 self.queue[cid].append(new.lr)
-                counts.retried += 1
                 changes.append(Change(new))
             elif row.tune_trial_id is not None and holders.get(row.point_id) == row.tune_trial_id:
                 counts.resumed += 1
@@ -237,18 +268,30 @@ class CellBook:
         return all(self.decisions.get(cid) is not None and self.decisions[cid].done for cid in self.cells)
 
     # -- assigning stacks -----------------------------------------------------------------------
-    def next_cell(self) -> str | None:
+    def _ready(self, cid: str, now: float | None) -> list[float]:
+        """The cell's queued learning rates whose infrastructure backoff is over (all of them without `now`)."""
+        if now is None or not self.not_before:
+            return list(self.queue[cid])
+        cell = self.cells[cid]
+        return [lr for lr in self.queue[cid] if self.not_before.get(cell.point_id(lr), 0.0) <= now]
+
+    def next_cell(self, now: float | None = None) -> str | None:
         """The cell whose queued points go next: the longest work first (it packs the machine
-        best); ties keep the sweep's order. None when nothing is queued."""
-        ready = [cid for cid, q in self.queue.items() if q]
+        best); ties keep the sweep's order. None when nothing is queued (or every queued point
+        waits for its backoff after an infrastructure fault)."""
+        ready = [cid for cid, q in self.queue.items() if q and self._ready(cid, now)]
         if not ready:
             return None
         order = {cid: i for i, cid in enumerate(self.cells)}
         return min(ready, key=lambda c: (-self.cells[c].flops_per_token * self.cells[c].tokens_per_point, order[c]))
 
-    def assign(self, cid: str, k: int, tune_trial_id: str) -> list[Change]:
-        """The next `k` queued learning rates of cell `cid` become one Tune trial's points."""
-        lrs, self.queue[cid] = self.queue[cid][:k], self.queue[cid][k:]
+    def assign(self, cid: str, k: int, tune_trial_id: str, now: float | None = None) -> list[Change]:
+        """The next `k` ready queued learning rates of cell `cid` (at most its stack cap after running
+        out of memory) become one Tune trial's points."""
+        k = min(k, self.stack_cap.get(cid, k))
+        lrs = self._ready(cid, now)[:k]
+        for lr in lrs:
+            self.queue[cid].remove(lr)
         cell = self.cells[cid]
         changes = []
         for lr in lrs:
@@ -335,6 +378,57 @@ class CellBook:
         for cid in touched:
             self.refresh(cid)
         return changes
+
+    def infra_fault(self, tune_trial_id: str, point_ids: Iterable[str], kind: str, message: str, now: float,
+                    *, micro_batch: int | None = None) -> list[Change]:
+        """A Tune trial ended by an infrastructure fault (`trials.infra`): its points are queued again
+        after a backoff, or end `infra_failed` once they had `infra.retries` retries in this launch.
+        Out of memory: the cell's stacks are halved from now on (two trials for the points of one), and
+        a one-point stack gets half its micro-batch (`micro_batch`: the trial's; a divisor of the batch)."""
+        held = self.held(tune_trial_id, point_ids)
+        if not held:
+            return []
+        cid = held[0].cell.cell_id
+        if kind == "oom":
+            if len(held) > 1:
+                self.stack_cap[cid] = min(self.stack_cap.get(cid, len(held)), (len(held) + 1) // 2)
+            else:
+                smaller = self._smaller_micro_batch(cid, micro_batch)
+                if smaller is not None:
+                    self.micro_batch[cid] = smaller
+        changes = []
+        for row in held:
+            attempt = self.infra_attempts[row.point_id] + 1
+            self.infra_attempts[row.point_id] = attempt
+            what = f"{kind}: {message}"[:300]
+            if attempt > self.infra.retries:
+                new = self._set(row, PointEvent.INFRA_FAIL, tune_trial_id=None, finished_at=now,
+                                reason=f"infrastructure fault after {self.infra.retries} retries ({what})")
+                changes.append(Change(new, LedgerOp.FINISH))
+                self.notes.append(f"{row.point_id}: infra_failed ({what}); the next launch trains it again")
+                continue
+            delay = self.infra.delay(attempt)
+            self.not_before[row.point_id] = now + delay
+            change = self._requeue(row, f"infrastructure fault ({what}): retry {attempt} of {self.infra.retries} "
+                                        f"in {delay:g} s")
+            self.notes.append(f"{row.point_id}: {change.row.reason}")
+            changes.append(change)
+        self.refresh(cid)
+        return changes
+
+    def _smaller_micro_batch(self, cid: str, current: int | None) -> int | None:
+        """The largest divisor of the batch below half the current micro-batch (None: at 1 already, or the
+        family does not split batches)."""
+        cell = self.cells[cid]
+        batch = int(cell.train.batch_size)
+        now = self.micro_batch.get(cid) or current or cell.train.micro_batch or batch
+        if not get_family(cell.family).micro_batch or now <= 1:
+            return None
+        return max(m for m in range(1, now // 2 + 1) if batch % m == 0)
+
+    def waiting_for_backoff(self, now: float) -> bool:
+        """Some queued point waits for its backoff after an infrastructure fault."""
+        return any(q and len(self._ready(cid, now)) < len(q) for cid, q in self.queue.items())
 
     def requeue(self, rows: Iterable[PointRow], reason: str) -> list[Change]:
         """Points whose Tune trial will never report (a Tune run that could not be restored)

@@ -7,7 +7,10 @@ Order of work (nothing is written until every check has passed), one step a line
    is opened once (bad data fails here, once) and must be the sweep's (`sweeper.run.sweep_dir`);
 3. write the manifest and a copy of the YAML; open the ledger (the record) and the store
    (rebuilt from the ledger if damaged);
-4. start or join Ray; restore the last Tune run when it holds unfinished trials (they continue
+4. start or join Ray (joining a cluster, `--address`: first check that every node reaches the
+   sweep's storage, `sweeper.run.doctor`, and refuse with exit 1 when one does not; a `ray://`
+   address is refused up front, `sweeper.run.ray_address`); publish the data's unigram entropy in
+   the storage (`sweeper.run.storage`); restore the last Tune run when it holds unfinished trials (they continue
    from their checkpoints), else start a new one (`sweeper.run.tune_session`); points the
    ledger shows active but no restored trial holds are re-run (`sweeper.run.sweep_run`);
 5. run Tune: the Searcher proposes stacks, the Callback records everything; a live table per
@@ -27,6 +30,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import ray
+
 from sweeper.core.errors import UserError
 from sweeper.records import crash_points
 from sweeper.records.ledger import OptunaLedger
@@ -40,7 +45,10 @@ from sweeper.run.display import LiveDisplay
 from sweeper.run.machine import host_memory, memory_inputs
 from sweeper.sim.simulation import GpuProbe, Simulation
 from sweeper.run.sweep_run import SweepRun
-from sweeper.run.tune_session import ENV_DEFAULTS, TuneSession
+from sweeper.run.doctor import refuse_unreachable_storage
+from sweeper.run.ray_address import check_address
+from sweeper.run.storage import publish_caches, sweep_storage
+from sweeper.run.tune_session import ENV_DEFAULTS, TuneSession, ensure_ray
 from sweeper.search.memory import DeviceMemory
 from sweeper.search.planner import Plan
 from sweeper.tracking import Tracking, open_trackers
@@ -69,6 +77,8 @@ class LaunchSummary:
     driver_peak_rss_mb: float = 0.0
     reports: int = 0  # trial reports the driver received
     tune_snapshots: int = 0  # Ray Tune experiment snapshots (each serialises every trial of the run)
+    infra_faults: dict[str, int] = field(default_factory=dict)  # trials ended by infrastructure faults, by kind
+    storage: str | None = None  # the sweep's storage (sweeper.run.storage)
 
     @property
     def utilisation(self) -> float:
@@ -106,6 +116,8 @@ def launch(plan: Plan, *, address: str | None = None, retry_failed: bool = False
            started: float | None = None, simulation: Simulation | None = None) -> LaunchSummary:
     started = started or time.time()
     crash_points.arm_from_env()  # a test seam, off unless its environment variables are set
+    check_address(address, "--address")
+    check_address(plan.config.ray.address, "ray.address:")
     if simulation is not None:
         if address:
             raise UserError("--simulate runs on a virtual pool on this machine: drop --address")
@@ -156,7 +168,22 @@ def _launch_locked(plan: Plan, old_manifest: Manifest | None, corpus: str | None
     store_states = dict(zip(latest["point_id"].to_list(), latest["state"].to_list())) if latest.height else {}
 
     pool = simulation.surface.pool if simulation is not None else None
-    session = TuneSession.open(plan, manifest, address, messages, pool=pool)
+    storage = sweep_storage(plan)
+    joined = False
+    cluster = address or plan.config.ray.address
+    try:
+        if cluster and simulation is None:  # every node must reach the storage before the first trial
+            joined = ensure_ray(cluster, plan)
+            messages.extend(refuse_unreachable_storage(storage, plan.config.ray.scratch))
+        if simulation is None:
+            shared = publish_caches(storage, plan)
+            if shared:
+                messages.append(shared)
+        session = TuneSession.open(plan, manifest, address, messages, pool=pool, storage=storage, started_ray=joined)
+    except BaseException:
+        if joined:
+            ray.shutdown()
+        raise
     probe = GpuProbe(float(pool.gpus)) if pool is not None else None
     tracking = open_tracking(plan, messages.append)
     try:
@@ -168,7 +195,7 @@ def _launch_locked(plan: Plan, old_manifest: Manifest | None, corpus: str | None
         else:
             device, measured, host = memory_inputs(plan.config.resources.gpu_memory_gb)
         sweep = SweepRun(plan, ledger, store, concurrency=session.concurrency, host_memory=host, device=device,
-                         measured=measured, tracking=tracking)
+                         measured=measured, tracking=tracking, storage=storage)
         if tracking is not None:
             tracking.warn = sweep.messages.append  # later warnings go to the live display
         sweep.expected_corpus = manifest.corpus
@@ -214,7 +241,7 @@ def _launch_locked(plan: Plan, old_manifest: Manifest | None, corpus: str | None
         simulation=({**simulation.manifest_entry(), **probe.figures(simulation.surface.time_compression)}
                     if simulation is not None and probe is not None else None),
         driver_cpu_seconds=driver_cpu() - cpu_at_start, reports=sweep.stats.reports,
-        tune_snapshots=sweep.stats.tune_snapshots,
+        tune_snapshots=sweep.stats.tune_snapshots, infra_faults=dict(sweep.stats.infra_faults), storage=storage.uri,
         driver_peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     )
     this_launch.update({k: v for k, v in summary.to_dict().items() if k not in ("messages", "sweep_dir")})

@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from sweeper.core.ids import cell_of
@@ -21,14 +20,17 @@ from sweeper.core.rows import CellRow
 from sweeper.core.states import CellStatus
 from sweeper.records.storage_errors import describe, is_transient_text
 from sweeper.records.store import Store
-from sweeper.run.book import CellBook, Change, LedgerOp
+from sweeper.run.book import CellBook, Change, InfraRetry, LedgerOp
 from sweeper.run import weights
 from sweeper.run.recorder import Recorder
+from sweeper.run.storage import exports_path, kept_path, staging_path, sweep_storage
 from sweeper.run.tune_trials import LaunchStats, TuneTrials
 from sweeper.search.memory import DeviceMemory, auto_stack
 from sweeper.search.planner import Cell, Plan
 from sweeper.tracking.core import Tracking
+from trials.infra import InfraFault, kind_of_text
 from trials.spec import StepReport, TrialSpec
+from trials.storage import Storage
 
 
 class SweepDone:
@@ -50,13 +52,21 @@ class TrialConfig:
     point_ids: list[str]
     export_dir: str | None = None
     export_best_only: bool = False  # the trial writes only its best member's weights (kept weights, not exports/)
+    micro_batch: int | None = None  # since a one-point stack of the cell ran out of memory (a non-result setting)
+    storage: Storage | None = None  # the sweep's storage (exports and shared caches go there)
+    scratch: str | None = None  # `ray.scratch`: the nodes' local scratch folder
 
     def to_tune(self) -> dict[str, Any]:
         """The Ray Tune config: the trial spec plus what the sweeper's adapters read back."""
         cell = self.cell
-        spec = TrialSpec(model=cell.model, train=cell.train, data=cell.data, divergence=cell.divergence,
+        train = cell.train if self.micro_batch is None else cell.train.model_copy(update={"micro_batch": self.micro_batch})
+        spec = TrialSpec(model=cell.model, train=train, data=cell.data, divergence=cell.divergence,
                          lrs=list(self.lrs), seed=cell.seed, point_ids=list(self.point_ids))
         config: dict[str, Any] = {"spec": spec.to_dict(), "cell_id": cell.cell_id, "resources": dict(cell.resources)}
+        if self.storage is not None:
+            config["storage"] = self.storage.to_dict()
+        if self.scratch is not None:
+            config["scratch"] = self.scratch
         if self.export_dir is not None:
             config["export_dir"] = self.export_dir
             if self.export_best_only:
@@ -74,13 +84,15 @@ class SweepRun:
     def __init__(self, plan: Plan, ledger: Ledger, store: Store, *, concurrency: int = 1,
                  host_memory: int | None = None, device: DeviceMemory | None = None,
                  measured: Mapping[str, Any] | None = None, clock: Callable[[], float] = time.time,
-                 tracking: Tracking | None = None) -> None:
+                 tracking: Tracking | None = None, storage: Storage | None = None) -> None:
         self.plan = plan
+        self.storage = storage or sweep_storage(plan)  # where every node writes (`sweeper.run.storage`)
         self.clock = clock
         self.host_memory = host_memory
         self.device = device  # stack: auto's GPU memory (None: sweeper.search.memory's default)
         self.measured = measured or {}  # sweeper bench's measured peaks
         self.book = CellBook(plan.cells)
+        self.book.infra = InfraRetry(plan.config.infra_retries, plan.config.infra_backoff)
         self.trials = TuneTrials(concurrency, started=clock())
         self.recorder = Recorder(ledger, store, self.book.cells, clock=clock, tracking=tracking)
         self.ledger = ledger
@@ -130,28 +142,32 @@ class SweepRun:
         """A new trial's stack of one cell's queued points, None to wait, or SWEEP_DONE."""
         if self.stopping or not self.trials.gate_open():
             return None
-        cid = self.book.next_cell()
+        now = self.clock()
+        cid = self.book.next_cell(now)
         if cid is None:
             if self.all_done():
                 self.flush(force=True)
                 return SWEEP_DONE
             return None
         cell = self.cells[cid]
-        changes = self.book.assign(cid, self.stack_size(cell, len(self.book.queue[cid])), tune_trial_id)
+        changes = self.book.assign(cid, self.stack_size(cell, len(self.book.queue[cid])), tune_trial_id, now)
         pids = [c.row.point_id for c in changes]
         self._record(changes)
         self.trials.assigned(tune_trial_id, pids)
         return TrialConfig(cell, [c.row.lr for c in changes], pids, self._export_dir(cid, tune_trial_id),
-                           export_best_only=not self.plan.config.export_weights)
+                           export_best_only=not self.plan.config.export_weights,
+                           micro_batch=self.book.micro_batch.get(cid), storage=self.storage,
+                           scratch=self.plan.config.ray.scratch)
 
     def _export_dir(self, cid: str, tune_trial_id: str) -> str | None:
-        """Where the trial writes its members' final weights: exports/ (all kept) or a staging folder
-        from which the cell's best is kept (`sweeper.run.weights`); None when neither is asked for."""
+        """Where in the storage the trial writes its members' final weights: exports/ (all kept) or a
+        staging folder from which the cell's best is kept (`sweeper.run.weights`); None when neither is asked for."""
+        folder = weights.folder_name(cid)
         if self.plan.config.export_weights:
             # exports/<cell>/<trial>/<member>/{model.safetensors,config.json}; config.json names the point_id
-            return f"{self.plan.sweep_dir}/exports/{weights.folder_name(cid)}/{tune_trial_id}"
+            return exports_path(self.storage, folder, tune_trial_id)
         if self.plan.config.keep_weights == "best":
-            return str(weights.staging_dir(self.plan.sweep_dir, cid, tune_trial_id))
+            return staging_path(self.storage, folder, tune_trial_id)
         return None
 
     def keep_best_weights(self, tune_trial_id: str, pids: list[str]) -> None:
@@ -167,9 +183,15 @@ class SweepRun:
         folder = self._export_dir(cid, tune_trial_id)
         if folder is None:
             return
+        exports = self.plan.config.export_weights
+        kept_remote = None if self.storage.is_local else kept_path(self.storage, weights.folder_name(cid))
         try:
-            weights.keep_best(self.plan.sweep_dir, cid, best, Path(folder), staged=not self.plan.config.export_weights)
-        except OSError as exc:  # weights are a convenience: a full disk here must not stop the sweep
+            weights.keep_best(self.plan.sweep_dir, cid, best, self.storage, folder, staged=not exports,
+                              kept_in_storage=kept_remote)
+            if exports:  # every member's weights, for `sweeper gamma`: into the sweep directory
+                target = self.plan.sweep_dir / "exports" / weights.folder_name(cid) / tune_trial_id
+                weights.collect(self.storage, folder, target)
+        except OSError as exc:  # weights are a convenience: a full disk or a storage fault must not stop the sweep
             self.messages.append(f"{cid}: could not keep the best weights ({exc})")
 
     # -- the Callback's side --------------------------------------------------------------------
@@ -193,12 +215,28 @@ class SweepRun:
         unrestorable = self.trials.unrestorable(tune_trial_id, error)
         if is_transient_text(error):  # a full disk killed the trial (its checkpoint): stop, resume later
             self.record_fault(OSError(28, "No space left on device", "a trial's checkpoint"))
+        fault = self.infra_fault_of(last, error)
+        if fault is not None and not unrestorable and not self.stopping:
+            self._record(self.book.infra_fault(tune_trial_id, pids, fault.kind, fault.message, now))
+            self.trials.stats.infra_faults[fault.kind] = self.trials.stats.infra_faults.get(fault.kind, 0) + 1
+            self.trials.ended(tune_trial_id, now)
+            self.flush(force=True)
+            return
         changes = self.book.trial_gone(tune_trial_id, pids, error=error if not self.fault else None,
                                        unrestorable=unrestorable, stopping=self.stopping, now=now)
         self._record(changes)
         self.trials.ended(tune_trial_id, now)
         self.flush(force=True)
         self.keep_best_weights(tune_trial_id, pids)
+
+    def infra_fault_of(self, last: StepReport | None, error: str | None) -> InfraFault | None:
+        """The infrastructure fault that ended a trial (`trials.infra`): the trial's own fault report, or
+        the kind of the error Tune reports after its retries; None for the learning rates' own outcome."""
+        if last is not None and last.fault is not None:
+            return InfraFault.from_dict(last.fault)
+        if error and not is_transient_text(error) and (kind := kind_of_text(error)) is not None:
+            return InfraFault(kind, error)
+        return None
 
     def forget_restored_trials(self, why: str) -> int:
         """Tune could not restore its last run: the points its trials held train again from the

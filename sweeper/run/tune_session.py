@@ -25,7 +25,6 @@ import functools
 import json
 import logging
 import os
-import shutil
 import signal
 import threading
 import time
@@ -34,7 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow.fs
 import ray
 from ray import cloudpickle, tune
 from ray.tune import Callback, ExperimentAnalysis, PlacementGroupFactory, Tuner
@@ -45,10 +43,13 @@ from sweeper.core.errors import UserError
 from sweeper.records.crash_points import durable_write
 from sweeper.records.manifest import Manifest, TuneRun
 from sweeper.records.storage_errors import is_storage_error
+from sweeper.run.ray_address import check_address, token_auth_if_available
+from sweeper.run.storage import remove_trial_checkpoints, sweep_storage, tune_identity
 from sweeper.run.sweep_run import SWEEP_DONE, SweepRun, point_ids_of
 from sweeper.search.planner import Plan
 from trials.ray_entry import trainable as trial_trainable
 from trials.spec import StepReport
+from trials.storage import Storage
 from sweeper.sim.surface import Pool as VirtualPool
 
 ENV_DEFAULTS = {
@@ -211,17 +212,15 @@ class SweepCallback(Callback):
 
 
 def remove_checkpoints(trial: Any) -> None:
-    """Delete a finished trial's checkpoints when they live on a local filesystem."""
+    """Delete a finished trial's checkpoints, on whatever filesystem its storage is (S3 included): Tune
+    keeps the newest `KEEP_CHECKPOINTS` while a trial runs, and they can only waste space once its points
+    are finished."""
     try:
-        local = isinstance(trial.storage.storage_filesystem, pyarrow.fs.LocalFileSystem)
-        trial_dir = trial.path
+        fs, trial_path = trial.storage.storage_filesystem, trial.path
     except Exception:
         return
-    if not local or not trial_dir or not os.path.isdir(trial_dir):
-        return  # remote storage (a URI) keeps them; its lifecycle rules can expire them
-    for name in os.listdir(trial_dir):
-        if name.startswith("checkpoint_"):
-            shutil.rmtree(os.path.join(trial_dir, name), ignore_errors=True)
+    if fs is not None and trial_path:
+        remove_trial_checkpoints(fs, trial_path)
 
 
 def trial_resources(config: dict[str, Any]) -> Any:
@@ -249,7 +248,8 @@ def ensure_ray(address: str | None, plan: Plan, pool: VirtualPool | None = None)
         return True
     kwargs["runtime_env"] = {"env_vars": worker_env(), "worker_process_setup_hook": PRELOAD_HOOK}
     if address:
-        _token_auth_if_available()
+        check_address(address)
+        token_auth_if_available()
         try:
             ray.init(address=address, **kwargs)
         except Exception as exc:
@@ -297,17 +297,6 @@ def worker_env() -> dict[str, str]:
     return {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
 
 
-def _token_auth_if_available() -> None:
-    """Ray ≥ 2.59 clusters started with `ray start --head` require token authentication from
-    every joining process; a driver opts in with RAY_AUTH_MODE=token. Opt in when a token is at
-    hand (a token-mode driver also joins clusters without authentication)."""
-    if os.environ.get("RAY_AUTH_MODE"):
-        return
-    token_file = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
-    if os.environ.get("RAY_AUTH_TOKEN") or os.path.isfile(token_file):
-        os.environ["RAY_AUTH_MODE"] = "token"
-
-
 def resolve_concurrency(plan: Plan) -> int:
     """`concurrency: auto` = as many trials as the cluster's resources could hold at once: the
     count of the cell asking least. Ray's resource accounting then packs trials of different
@@ -334,10 +323,9 @@ def auto_concurrency(requests: list[dict[str, float]], total: dict[str, float]) 
 # Tune runs: where they live, whether the last one can be restored
 
 
-def experiment_location(plan: Plan, manifest: Manifest) -> tuple[str, str | None, str]:
-    """(storage path, Tune run to restore or None, name of a new Tune run)."""
-    storage = plan.config.ray.storage
-    storage_path = f"{storage.rstrip('/')}/{plan.config.name}" if storage else str(plan.sweep_dir / "ray")
+def experiment_location(plan: Plan, manifest: Manifest, override: str | None = None) -> tuple[str, str | None, str]:
+    """(the storage as the manifest names it, Tune run to restore or None, name of a new Tune run)."""
+    storage_path = tune_identity(plan, override)
     tune_info = manifest.tune or TuneRun()
     last = tune_info.experiment if tune_info.storage == storage_path else None
     index = tune_info.index if last else 0
@@ -350,9 +338,9 @@ def experiment_location(plan: Plan, manifest: Manifest) -> tuple[str, str | None
 TUNE_RESTORE_FILES = {"tuner.pkl": "pickle", "experiment_state-*.json": "json", "search_gen_state-*.json": "pickle"}
 
 
-def damaged_tune_file(experiment_path: str) -> str | None:
+def damaged_tune_file(experiment_path: str, fs: Any = None) -> str | None:
     """The first file a Tune restore would read (the newest of each kind) that does not load; None if all do."""
-    if "://" in experiment_path:  # remote storage: Tune checks it when it restores
+    if fs is not None or "://" in experiment_path:  # remote storage: Tune checks it when it restores
         return None
     folder = Path(experiment_path)
     for pattern, kind in TUNE_RESTORE_FILES.items():
@@ -368,18 +356,19 @@ def damaged_tune_file(experiment_path: str) -> str | None:
     return None
 
 
-def unfinished_trials(experiment_path: str, messages: list[str]) -> dict[str, list[str]] | None:
+def unfinished_trials(experiment_path: str, messages: list[str], fs: Any = None) -> dict[str, list[str]] | None:
     """Tune trials a restore would resume (trial id -> point ids), or None when not restorable.
-    A run state damaged by a kill is not restored: its in-flight points re-run from the start."""
+    A run state damaged by a kill is not restored: its in-flight points re-run from the start.
+    `fs`: the storage's filesystem when it is not this machine's."""
     try:
-        if not Tuner.can_restore(experiment_path):
+        if not Tuner.can_restore(experiment_path, storage_filesystem=fs):
             return None
-        damaged = damaged_tune_file(experiment_path)
+        damaged = damaged_tune_file(experiment_path, fs)
         if damaged is not None:
             messages.append(f"Ray Tune's run state was cut short by the last stop ({damaged} does not load); "
                             "a new Tune run starts and the points that were in flight train again from the start")
             return None
-        analysis = ExperimentAnalysis(experiment_path)
+        analysis = ExperimentAnalysis(experiment_path, storage_filesystem=fs)
     except Exception:
         return None
     return {t.trial_id: point_ids_of(t.config) for t in analysis.trials if t.status not in ("TERMINATED", "ERROR")}
@@ -434,7 +423,8 @@ class TuneSession:
     started_ray: bool
     ray_seconds: float
     concurrency: int
-    storage_path: str
+    storage_path: str  # the storage as the manifest names it
+    storage: Storage  # the sweep's folder in its storage: Tune's runs live there
     experiment: str  # the Tune run of this launch
     new_name: str  # the name a new Tune run takes
     claimed: dict[str, list[str]]  # restored Tune trial -> its point ids ({} for a new run)
@@ -448,18 +438,27 @@ class TuneSession:
         """Run `trainable` in the Tune trials (the simulated trial), its large arguments put in Ray's object store."""
         self.trainable = tune.with_parameters(trainable, **parameters) if parameters else trainable
 
+    @property
+    def tune_fs(self) -> Any:
+        """The filesystem Tune is given: None for this machine's (Tune's own handling of local paths)."""
+        return None if self.storage.is_local else self.storage.fs
+
     @classmethod
     def open(cls, plan: Plan, manifest: Manifest, address: str | None, messages: list[str],
-             pool: VirtualPool | None = None) -> TuneSession:
-        """Start or join Ray (or start a virtual pool); find the last Tune run and whether it holds trials to resume."""
+             pool: VirtualPool | None = None, storage: Storage | None = None,
+             started_ray: bool | None = None) -> TuneSession:
+        """Start or join Ray (or start a virtual pool); find the last Tune run and whether it holds trials to
+        resume. `started_ray`: Ray was started (or joined) already by this launch, which must shut it down."""
         started = time.time()
-        started_ray = ensure_ray(address or plan.config.ray.address, plan, pool)
+        joined = ensure_ray(address or plan.config.ray.address, plan, pool)
         ray_seconds = time.time() - started
         concurrency = resolve_concurrency(plan)
+        storage = storage or sweep_storage(plan)
         storage_path, last, new_name = experiment_location(plan, manifest)
-        claimed = (unfinished_trials(f"{storage_path}/{last}", messages) if last else None) or {}
-        return cls(plan, started_ray, ray_seconds, concurrency, storage_path, last if claimed else new_name,
-                   new_name, claimed)
+        fs = None if storage.is_local else storage.fs
+        claimed = (unfinished_trials(f"{storage.root}/{last}", messages, fs) if last else None) or {}
+        return cls(plan, joined or bool(started_ray), ray_seconds, concurrency, storage_path, storage,
+                   last if claimed else new_name, new_name, claimed)
 
     def tune_info(self) -> TuneRun:
         """The manifest's record of a new Tune run."""
@@ -472,7 +471,8 @@ class TuneSession:
                                         max_concurrent_trials=self.concurrency, reuse_actors=True,
                                         trial_dirname_creator=trial_dirname),
             run_config=tune.RunConfig(
-                name=self.new_name, storage_path=self.storage_path, callbacks=[SweepCallback()], stop=SweepStopper(),
+                name=self.new_name, storage_path=self.storage.root, storage_filesystem=self.tune_fs,
+                callbacks=[SweepCallback()], stop=SweepStopper(),
                 verbose=0, failure_config=tune.FailureConfig(max_failures=self.plan.config.retries),
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=KEEP_CHECKPOINTS), log_to_file=False,
             ),
@@ -490,8 +490,9 @@ class TuneSession:
         tuner: Any = None
         if self.restored:
             try:
-                tuner = tune.Tuner.restore(f"{self.storage_path}/{self.experiment}", trainable=trainable,
-                                           resume_unfinished=True, resume_errored=False, restart_errored=False)
+                tuner = tune.Tuner.restore(f"{self.storage.root}/{self.experiment}", trainable=trainable,
+                                           resume_unfinished=True, resume_errored=False, restart_errored=False,
+                                           storage_filesystem=self.tune_fs)
             except Exception as exc:
                 restore_failure = f"{type(exc).__name__}: {exc}"
         else:

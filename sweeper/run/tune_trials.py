@@ -19,6 +19,7 @@ class LaunchStats:
     trials_started: int = 0
     reports: int = 0  # trial reports received, this launch only
     tune_snapshots: int = 0  # Ray Tune experiment snapshots written, this launch only
+    infra_faults: dict[str, int] = field(default_factory=dict)  # trials ended by an infrastructure fault, by kind
     trial_seconds: dict[str, float] = field(default_factory=dict)  # last train_seconds seen per Tune trial
     trial_spans: dict[str, list[float]] = field(default_factory=dict)  # [started, last event] per Tune trial (driver clock)
 

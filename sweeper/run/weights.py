@@ -1,11 +1,13 @@
 """Each cell's best weights, kept in the sweep directory (`keep_weights: best`, the default).
 
-A Tune trial writes every member's final weights when it finishes (`trials.train.Trial.export`:
-`<i>/model.safetensors` + `config.json` naming the point) into a staging folder of its own. When
-the trial has ended, the driver keeps the folder of the cell's current best point as
-`DIR/weights/<cell>/` (replacing the previous best's) and deletes the rest of the staging folder.
-With `export_weights: true` the trials write into `DIR/exports/` instead, which is kept whole
-(for `sweeper gamma`); the best point's folder is copied from there.
+A Tune trial writes its best member's final weights when it finishes (`trials.train.Trial.export`:
+`<i>/model.safetensors` + `config.json` naming the point) into a staging folder of its own in the
+sweep's storage (`sweeper.run.storage`: `staging/<cell>/<trial>/`; every node reaches it). When the
+trial has ended, the driver keeps the folder of the cell's current best point as `DIR/weights/<cell>/`
+(replacing the previous best's; on a remote storage also as `weights/<cell>/` there) and deletes the
+staging folder. With `export_weights: true` the trials write every member into `exports/<cell>/<trial>/`
+of the storage instead, which the driver copies whole to `DIR/exports/` (for `sweeper gamma`); the best
+point's folder is kept from there.
 
 Layout: `DIR/weights/<method>_<size>_s<seed>/{model.safetensors, config.json}`; `sweeper export`
 reads it, `models.exported.load_exported` loads it.
@@ -15,19 +17,17 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 from pathlib import Path
 
+from trials.storage import Storage
+
 WEIGHTS = "weights"
-STAGING = ".staging"
 
 
 def folder_name(cell_id: str) -> str:
     """`layerrope/L48/s0` -> `layerrope_L48_s0` (one folder per cell)."""
     return cell_id.replace("/", "_")
-
-
-def staging_dir(sweep_dir: Path, cell_id: str, tune_trial_id: str) -> Path:
-    return sweep_dir / WEIGHTS / STAGING / folder_name(cell_id) / tune_trial_id
 
 
 def kept_dir(sweep_dir: Path, cell_id: str) -> Path:
@@ -54,29 +54,79 @@ def member_folders(trial_dir: Path) -> dict[str, Path]:
     return out
 
 
-def keep_best(sweep_dir: Path, cell_id: str, best_point_id: str | None, trial_dir: Path, *, staged: bool) -> bool:
-    """Keep the best point's weights if `trial_dir` holds them; True when the kept weights changed.
+def stored_members(storage: Storage, trial_path: str) -> dict[str, str]:
+    """point_id -> member folder in the storage, for every complete member export under a trial's folder."""
+    files = storage.listing(trial_path)
+    out: dict[str, str] = {}
+    for path in files:
+        folder, _, name = path.rpartition("/")
+        if name != "config.json" or f"{folder}/model.safetensors" not in files:
+            continue
+        try:
+            point = json.loads(storage.read_bytes(path) or b"{}").get("point_id")
+        except ValueError:
+            continue
+        if point:
+            out[str(point)] = folder
+    return out
 
-    The new folder is copied beside the kept one and swapped in by renames, so a crash leaves
-    either the old best or the new one (plus a stray `.new`/`.old` folder that the next swap clears)."""
+
+def _swap_in(source: Path, target: Path) -> None:
+    """Copy `source` beside `target` and swap it in by renames: a crash leaves either the old folder or
+    the new one (plus a stray `.new`/`.old` folder that the next swap clears)."""
+    new, old = target.with_name(target.name + ".new"), target.with_name(target.name + ".old")
+    for stray in (new, old):
+        shutil.rmtree(stray, ignore_errors=True)
+    shutil.copytree(source, new)
+    if target.exists():
+        target.rename(old)
+    new.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def keep_best(sweep_dir: Path, cell_id: str, best_point_id: str | None, storage: Storage, trial_path: str, *,
+              staged: bool, kept_in_storage: str | None = None) -> bool:
+    """Keep the best point's weights if the trial's folder in the storage holds them; True when the kept
+    weights changed. `kept_in_storage`: also keep them there (a remote storage). `staged`: delete the
+    trial's folder afterwards (exports are kept)."""
     changed = False
-    members = member_folders(trial_dir)
+    members = stored_members(storage, trial_path)
     target = kept_dir(sweep_dir, cell_id)
     if best_point_id in members and kept_point(target) != best_point_id:
-        new, old = target.with_name(target.name + ".new"), target.with_name(target.name + ".old")
-        for stray in (new, old):
-            shutil.rmtree(stray, ignore_errors=True)
-        shutil.copytree(members[best_point_id], new)
-        if target.exists():
-            target.rename(old)
-        new.rename(target)
-        shutil.rmtree(old, ignore_errors=True)
+        if storage.is_local:
+            _swap_in(Path(members[best_point_id]), target)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(prefix=".download-", dir=target.parent) as tmp:
+                storage.download(members[best_point_id], Path(tmp) / "member")
+                _swap_in(Path(tmp) / "member", target)
+            if kept_in_storage is not None:
+                storage.delete(kept_in_storage)
+                storage.copy(members[best_point_id], kept_in_storage)
         changed = True
     if staged:
-        shutil.rmtree(trial_dir, ignore_errors=True)
-        for parent in (trial_dir.parent, trial_dir.parent.parent):
-            try:
-                parent.rmdir()  # only when empty
-            except OSError:
-                break
+        storage.delete(trial_path)
+        if storage.is_local:
+            for parent in (Path(trial_path).parent, Path(trial_path).parent.parent):
+                try:
+                    parent.rmdir()  # only when empty
+                except OSError:
+                    break
     return changed
+
+
+def collect(storage: Storage, path: str, target: Path) -> None:
+    """Move a trial's exported folder from the storage into the sweep directory (a rename when both are on
+    this machine's filesystem, else a copy and a delete)."""
+    if not storage.listing(path):
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if storage.is_local:
+        try:
+            shutil.rmtree(target, ignore_errors=True)
+            Path(path).rename(target)
+            return
+        except OSError:
+            pass  # another filesystem: copy
+    storage.download(path, target)
+    storage.delete(path)

@@ -5,13 +5,17 @@ repair and the read-side views (`sweeper.records.fold`, `sweeper.records.results
 `decide` and `interpolate_optimum` from here; nothing else re-implements them.
 
 Terms. A cell's *points* are learning rates in one of the states `queued`, `running`
-(active) or `ok`, `diverged`, `stalled`, `failed` (finished; `sweeper.core.states.PointState`).
+(active) or `ok`, `diverged`, `stalled`, `failed`, `infra_failed` (finished; `sweeper.core.states.PointState`).
 The optimum is *bracketed* when the best `ok` point has a finished (`ok`, `diverged` or
 `stalled`) neighbour on each side in log LR: since it is the best, an `ok` neighbour is worse,
 and a diverged run, or a stalled one (it learned nothing beyond token frequencies), counts as
 worse than any `ok` one. A stalled point is never the optimum, whatever its loss. `failed`
 points (crashes) carry no information: they are skipped when looking for neighbours and are
-never proposed again.
+never proposed again. `infra_failed` points (the infrastructure failed them: out of memory, the
+storage, a lost node) carry none either, but say nothing against their learning rate: the cell
+waits for them as for an active point — never a neighbour, never proposed again in this launch,
+never the end of the cell as `failed` — and its decision is `infra_failed` until the next
+launch trains them again.
 
 Policy. Start from the initial grid. While the best point has no finished neighbour on a
 side, extend on that side by the grid factor. New learning rates are proposed only once
@@ -156,6 +160,7 @@ def decide(points: Sequence[GridPoint], policy: LRPolicy, *, initial: Sequence[f
     tried = {canonical(p.lr) for p in points}
     budget = policy.max_points - len(points)
     active = [p for p in points if p.state in ACTIVE_STATES]
+    infra = sum(PointState(p.state).blocks_its_cell for p in points)
     informative = sorted((p for p in points if p.is_finished_info), key=lambda p: p.lr)
     ok = [p for p in informative if p.is_ok]
     interp = interpolate_optimum(points)
@@ -164,6 +169,8 @@ def decide(points: Sequence[GridPoint], policy: LRPolicy, *, initial: Sequence[f
     if not ok:
         if active:
             return CellDecision("running", reason="waiting for results")
+        if infra:
+            return CellDecision(CellStatus.INFRA_FAILED, reason=_blocked_reason(infra))
         if not informative:
             return CellDecision("failed", reason="every point failed (see the points' reasons)")
         stalled = sum(PointState(p.state) is PointState.STALLED for p in informative)
@@ -185,6 +192,8 @@ def decide(points: Sequence[GridPoint], policy: LRPolicy, *, initial: Sequence[f
 
     if active:  # any of them may become the best, or bracket it: decide on complete information
         return CellDecision("running", reason="waiting for results", **base)
+    if infra:  # the same for points the infrastructure failed: they train again on the next launch
+        return CellDecision(CellStatus.INFRA_FAILED, reason=_blocked_reason(infra), **base)
     proposals: list[float] = []
     blocked: list[str] = []
     for direction, neighbour in ((-1, left), (+1, right)):
@@ -243,6 +252,8 @@ def decide_fixed(points: Sequence[GridPoint], policy: LRPolicy) -> CellDecision:
     point = mine[-1]
     if point.state in ACTIVE_STATES:
         return CellDecision("running", reason="fixed recipe: training the recipe's learning rate")
+    if PointState(point.state).blocks_its_cell:
+        return CellDecision(CellStatus.INFRA_FAILED, reason=_blocked_reason(1))
     if point.is_ok:
         return CellDecision("fixed", best=point, reason=f"fixed recipe: trained at lr {lr:g}; no optimum searched")
     if PointState(point.state) is PointState.STALLED:
@@ -250,6 +261,11 @@ def decide_fixed(points: Sequence[GridPoint], policy: LRPolicy) -> CellDecision:
     if PointState(point.state).counts_as_diverged:
         return CellDecision("diverged", reason=f"fixed recipe: lr {lr:g} diverged")
     return CellDecision("failed", reason=f"fixed recipe: lr {lr:g} failed (see the point's reason)")
+
+
+def _blocked_reason(n: int) -> str:
+    return (f"{n} point(s) failed by the infrastructure (out of memory, storage, a lost node): "
+            "relaunch the same command to train them again")
 
 
 def _walk(start: float, direction: int, policy: LRPolicy, tried: set[float], count: int) -> list[float]:

@@ -39,7 +39,8 @@ def test_size_labels_cover_every_axis():
 
 def test_states_answer_what_they_mean():
     assert set(ACTIVE_STATES) == {"queued", "running"}
-    assert set(FINISHED_STATES) == {"ok", "diverged", "stalled", "failed"}
+    assert set(FINISHED_STATES) == {"ok", "diverged", "stalled", "failed", "infra_failed"}
+    assert [s for s in PointState if s.retried_on_relaunch] == [PointState.INFRA_FAILED]
     assert [s for s in PointState if s.counts_as_diverged] == [PointState.DIVERGED, PointState.STALLED]
     assert {s for s in CellStatus if s.learned_nothing} == {CellStatus.DIVERGED, CellStatus.STALLED}
     assert {s for s in CellStatus if not s.is_done} == {CellStatus.PENDING, CellStatus.RUNNING}

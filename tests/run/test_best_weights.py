@@ -84,7 +84,8 @@ def test_each_cell_keeps_its_current_best_and_export_loads_it(tmp_path, capsys):
     n = 0
     while (config := next_config(state, f"t{n}")) is not SWEEP_DONE:
         assert config is not None
-        assert config["export_dir"].startswith(str(sweep_dir / "weights" / ".staging"))
+        # staged in the sweep's storage (default DIR/ray), which every node reaches (sweeper.run.storage)
+        assert config["export_dir"].startswith(str(sweep_dir.resolve() / "ray" / "staging"))
         assert config["export_members"] == "best"  # a trial writes its best ok member only (tests/trials: the real export)
         play(state, f"t{n}", config)
         kept_after_each_trial.append(kept_point(kept_dir(sweep_dir, cid)))
@@ -95,7 +96,8 @@ def test_each_cell_keeps_its_current_best_and_export_loads_it(tmp_path, capsys):
     # the last trial (beyond the optimum) found none, and the kept weights stayed
     lrs = [float(p.rsplit("=", 1)[1]) for p in kept_after_each_trial]
     assert lrs == sorted(lrs) and len(set(lrs)) >= 3 and lrs[-1] == lrs[-2]
-    assert sorted(p.name for p in (sweep_dir / "weights").iterdir()) == ["pre_L2_s0"]  # staging cleared
+    assert sorted(p.name for p in (sweep_dir / "weights").iterdir()) == ["pre_L2_s0"]
+    assert not (sweep_dir / "ray" / "staging").exists()  # staging cleared
 
     out = tmp_path / "exported"
     assert main(["export", str(sweep_dir), "--out", str(out), "--json"]) == 0

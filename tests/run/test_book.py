@@ -186,7 +186,7 @@ def test_load_resumes_reruns_and_retries():
 
     again = book()
     counts, changes = again.load(ledger_rows, recorded_plans={"pre/L2/s0": grid})
-    assert counts.as_dict() == {"finished": 1, "resumed": 0, "rerun": 1, "retried": 0}
+    assert counts.as_dict() == {"finished": 1, "resumed": 0, "rerun": 1, "retried": 0, "infra_retried": 0}
     assert sorted(again.queue["pre/L2/s0"]) == sorted(grid[1:])  # the re-run and the never-assigned rest
     claimed = book()
     counts, _ = claimed.load(ledger_rows, holders={rows[1].point_id: "t1"}, store_states={rows[1].point_id: "queued"})

@@ -35,8 +35,8 @@ def crash_once_then_train(config: dict[str, Any]) -> None:
     marker = Path(config["marker"])
     real = entry._report_to_tune
 
-    def report(r):  # type: ignore[no-untyped-def]
-        real(r)
+    def report(r, *rest):  # type: ignore[no-untyped-def]
+        real(r, *rest)
         if r.step == 8 and not marker.exists():
             marker.write_text("crashed")
             raise RuntimeError("injected crash")

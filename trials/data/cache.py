@@ -10,8 +10,29 @@ import hashlib
 import os
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from trials.storage import Storage
+
+_SHARED: list[Storage] = []  # the sweep's storage while a trial of it runs in this process (`shared_cache`)
+
+
+def use_shared_cache(storage: Storage | None) -> None:
+    """Share computed figures (the unigram entropy) through the sweep's storage while its trials run here:
+    `sweeper launch` publishes them there before the first trial, so no node scans the corpus again."""
+    _SHARED[:] = [storage] if storage is not None else []
+
+
+def shared_cache() -> Storage | None:
+    return _SHARED[0] if _SHARED else None
+
+
+def shared_cache_path(storage: Storage, name: str) -> str:
+    """Where a cache file is shared in the storage (the driver publishes, trials read)."""
+    return storage.path("cache", name)
 
 
 def cache_root() -> Path:

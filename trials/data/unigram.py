@@ -12,6 +12,9 @@ stalled run sits within a few thousandths of the loss the frequencies give on th
 - Flat-array sources (built-in corpus, local text / JSONL / Parquet, token files, synthetic):
   exact, from the counts of every training token; computed once and cached in the corpus cache,
   keyed by the corpus fingerprint (which names the content), so reopening costs one small read.
+  `sweeper launch` computes it on the driver and publishes it in the sweep's storage
+  (`publish`); a trial on any node reads it from there (`trials.data.cache.shared_cache`) instead
+  of scanning the training file again.
 - Hugging Face sources: estimated from the first `HF_SAMPLE_TOKENS` training tokens in stored
   order (held-out documents skipped), with the Miller-Madow bias correction `(m - 1) / 2N`
   (m distinct tokens seen in N) for the token types a sample misses; the count is stated.
@@ -26,13 +29,19 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 
-from trials.data.cache import cache_root, digest, write_atomic
+from trials.data.cache import cache_root, digest, shared_cache, shared_cache_path, write_atomic
+from trials.infra import StorageError
+from trials.storage import Storage
+
+SCAN_LOG_ENV = "LAYERROPE_SWEEPER_UNIGRAM_LOG"  # a test seam: one JSON line per computation (a scan of the data)
 
 HF_SAMPLE_TOKENS = 1_000_000  # tokens a streamed source's estimate counts
 _COUNT_CHUNK = 1 << 24  # tokens counted per chunk of a (memory-mapped) token array
@@ -116,24 +125,66 @@ def token_counts(tokens: np.ndarray, vocab: int) -> np.ndarray:
     return counts
 
 
+def _stem(fingerprint: str, *key: object) -> str:
+    return f"unigram-{digest(fingerprint, *key)}"
+
+
+def _load(meta: bytes, counts: bytes, fingerprint: str) -> UnigramEntropy | None:
+    try:
+        found = UnigramEntropy.from_dict(json.loads(meta), np.load(io.BytesIO(counts)))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # a damaged entry: compute again
+    return found if found.fingerprint == fingerprint and int(found.counts.sum()) == found.counted else None
+
+
+def _encoded(value: UnigramEntropy) -> tuple[bytes, bytes]:
+    buffer = io.BytesIO()
+    np.save(buffer, value.counts)
+    return json.dumps(value.to_dict()).encode(), buffer.getvalue()
+
+
+def _from_shared(storage: Storage, stem: str, fingerprint: str) -> UnigramEntropy | None:
+    try:
+        meta = storage.read_bytes(shared_cache_path(storage, f"{stem}.json"))
+        counts = storage.read_bytes(shared_cache_path(storage, f"{stem}.npy"))
+    except StorageError:
+        return None  # the storage is unreachable now: count locally (the same numbers)
+    return _load(meta, counts, fingerprint) if meta is not None and counts is not None else None
+
+
+def publish(storage: Storage, value: UnigramEntropy, *key: object) -> None:
+    """Put `value` in the sweep's storage, where the trials of every node read it (`cached`); the counts
+    first: the JSON's presence means both are whole. Raises `StorageError`."""
+    meta, counts = _encoded(value)
+    stem = _stem(value.fingerprint, *key)
+    storage.write_bytes(shared_cache_path(storage, f"{stem}.npy"), counts)
+    storage.write_bytes(shared_cache_path(storage, f"{stem}.json"), meta)
+
+
 def cached(fingerprint: str, compute: Callable[[], UnigramEntropy], *key: object) -> UnigramEntropy:
     """`compute()` once per data fingerprint (and `key`), kept in the corpus cache: the figures as
-    JSON, the counts as `.npy` (written first: the JSON's presence means both are whole)."""
-    stem = cache_root() / "corpus" / f"unigram-{digest(fingerprint, *key)}"
+    JSON, the counts as `.npy` (written first: the JSON's presence means both are whole). While a
+    sweep's trial runs, the sweep's storage is looked in before computing (`shared_cache`)."""
+    stem = cache_root() / "corpus" / _stem(fingerprint, *key)
     meta, counts_path = stem.with_suffix(".json"), stem.with_suffix(".npy")
     if meta.is_file() and counts_path.is_file():
         try:
-            found = UnigramEntropy.from_dict(json.loads(meta.read_text()), np.load(counts_path))
-            if found.fingerprint == fingerprint and int(found.counts.sum()) == found.counted:
-                return found
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # a damaged entry: compute again
-    value = compute()
+            found = _load(meta.read_bytes(), counts_path.read_bytes(), fingerprint)
+        except OSError:
+            found = None
+        if found is not None:
+            return found
+    storage = shared_cache()
+    value = _from_shared(storage, stem.name, fingerprint) if storage is not None else None
+    if value is None:
+        value = compute()
+        if os.environ.get(SCAN_LOG_ENV):
+            with open(os.environ[SCAN_LOG_ENV], "a") as log:
+                log.write(json.dumps({"pid": os.getpid(), "time": time.time(), "fingerprint": fingerprint}) + "\n")
     try:
-        buffer = io.BytesIO()
-        np.save(buffer, value.counts)
-        write_atomic(counts_path, buffer.getvalue())
-        write_atomic(meta, json.dumps(value.to_dict()).encode())
+        meta_bytes, counts_bytes = _encoded(value)
+        write_atomic(counts_path, counts_bytes)
+        write_atomic(meta, meta_bytes)
     except OSError:
         pass  # a read-only or full cache: the value is still right
     return value

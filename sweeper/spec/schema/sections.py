@@ -363,11 +363,18 @@ class Resources(Strict):
 class RaySection(Strict):
     """Where trials run."""
 
-    address: str | None = Field(None, description="an existing cluster ('auto', 'HOST:PORT', 'ray://HOST:PORT')")
+    address: str | None = Field(None, description="an existing cluster ('auto' or 'HOST:PORT', the GCS address; "
+                                                   "'ray://' is refused: see docs/cluster.md)")
     num_cpus: Annotated[int, Field(ge=1)] | None = Field(None, description="CPUs of a local Ray (default: all)")
     num_gpus: NonNegFloat | None = Field(None, description="GPUs of a local Ray (default: detected)")
     storage: str | None = Field(
-        None, description="Ray Tune storage for trial checkpoints (default DIR/ray; a shared path or URI on clusters)"
+        None, description="where every node writes: Tune's runs, trial checkpoints, staged weights, shared caches "
+                          "(default DIR/ray; on a cluster a shared mount or a pyarrow URI such as s3://bucket/path)"
+    )
+    scratch: str | None = Field(
+        None, description="each node's local scratch folder for a trial's files before they go to the storage "
+                          "(default: $LAYERROPE_SWEEPER_SCRATCH, else the system's temporary folder); cleaned after "
+                          "every trial"
     )
 
 

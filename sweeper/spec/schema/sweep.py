@@ -54,6 +54,11 @@ class SweepConfig(Strict):
     max_stack: Annotated[int, Field(ge=1, le=64)] = Field(8, description="upper limit for stack: auto")
     concurrency: IntOrAuto = Field("auto", description="trials at once (auto: as many as the resources allow)")
     retries: Annotated[int, Field(ge=0, le=100)] = Field(1, description="restarts of a failing trial")
+    infra_retries: Annotated[int, Field(ge=0, le=100)] = Field(
+        3, description="new trials for points an infrastructure fault ended (out of memory: a smaller stack or "
+                       "micro-batch; storage; a lost node or actor; preemption) before they end infra_failed")
+    infra_backoff: Annotated[float, Field(ge=0, le=3600, allow_inf_nan=False)] = Field(
+        10.0, description="seconds before the first infrastructure retry, doubling with each")
     ray: RaySection = RaySection()
     ledger: str = Field("sqlite", description="'sqlite' (DIR/ledger.db) or an Optuna storage URL")
     export_weights: bool = Field(False, description="write each point's final weights (for `sweeper gamma`)")
