@@ -28,8 +28,9 @@ reaches a bound or the cap that way ends `diverged` (all diverged) or `stalled` 
 bracketed, optionally refine with the two half-steps around the best point (this stops
 by itself: after one refinement the neighbours are half a step away). A bound or the
 trial cap that prevents the next step ends the cell as `edge`. Every proposed learning
-rate is rounded to 6 significant digits, the precision of point ids, so "never propose
-an LR twice" is an exact comparison.
+rate is rounded to 6 significant digits, the precision of point ids; "never propose an
+LR twice" compares within a relative `SAME_LR` (1e-4), since one grid point reached along
+two paths (the first grid, then a walk from another point) can differ in its last digit.
 
 Options that need fewer runs (measured by `sweeper replay` on StepLaw's recorded grids;
 each keeps the rules above: a cell is `bracketed` only with a finished neighbour on each
@@ -56,6 +57,18 @@ from collections.abc import Sequence
 from sweeper.core.grid import CellDecision, GridPoint, LRPolicy
 from sweeper.core.ids import canonical
 from sweeper.core.states import ACTIVE_STATES, CellStatus, PointState
+
+SAME_LR = 1e-4  # relative: two proposed learning rates this close are one (grid steps are >= 0.5%)
+
+
+class _Tried:
+    """The learning rates a cell has tried, compared within `SAME_LR` (see the module docstring)."""
+
+    def __init__(self, points: Sequence[GridPoint]) -> None:
+        self._lrs = [canonical(p.lr) for p in points]
+
+    def __contains__(self, lr: object) -> bool:
+        return isinstance(lr, (int, float)) and any(abs(lr - t) <= SAME_LR * t for t in self._lrs)
 
 
 def _inside(lr: float, policy: LRPolicy) -> bool:
@@ -157,7 +170,7 @@ def decide(points: Sequence[GridPoint], policy: LRPolicy, *, initial: Sequence[f
         grid = list(initial) if initial is not None else initial_grid(policy)
         return CellDecision("pending", tuple(grid[: policy.max_points]), reason="not started")
 
-    tried = {canonical(p.lr) for p in points}
+    tried = _Tried(points)
     budget = policy.max_points - len(points)
     active = [p for p in points if p.state in ACTIVE_STATES]
     infra = sum(PointState(p.state).blocks_its_cell for p in points)
@@ -268,7 +281,7 @@ def _blocked_reason(n: int) -> str:
             "relaunch the same command to train them again")
 
 
-def _walk(start: float, direction: int, policy: LRPolicy, tried: set[float], count: int) -> list[float]:
+def _walk(start: float, direction: int, policy: LRPolicy, tried: _Tried, count: int) -> list[float]:
     """Up to `count` untried grid steps from `start` in `direction`, inside the bounds.
 
     Tried learning rates on the way (failed points: the only ones a caller walks past)
@@ -289,7 +302,7 @@ def _walk(start: float, direction: int, policy: LRPolicy, tried: set[float], cou
 
 
 def _probe(best: GridPoint, i: int, direction: int, points: Sequence[GridPoint], informative: list[GridPoint],
-           policy: LRPolicy, tried: set[float]) -> list[float]:
+           policy: LRPolicy, tried: _Tried) -> list[float]:
     """A half step to try before extending past the best point in `direction` (which has no
     finished neighbour there): next to a failed step (`failed_neighbour`), or back inside
     toward the parabola's vertex (`vertex_first`). Empty: extend as usual."""

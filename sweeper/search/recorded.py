@@ -84,3 +84,4 @@ class RecordedTable:
     ratio: float  # the table's grid ratio (√2 for StepLaw)
     rows: int
     merged: int = 0  # runs folded into another run of their group at the same LR (`duplicates`)
+    dropped: int = 0  # runs left out for want of a finite loss (`missing_loss="drop"`)

@@ -20,6 +20,7 @@ Pure logic (polars for the table; neither Ray nor torch).
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Iterable, Sequence
@@ -41,6 +42,9 @@ MAX_STEP_ERROR = 0.05  # a recorded LR may sit this fraction of a grid step off 
 # search may pick from (the best run per LR), `mean` as seed repeats, `error` refuses the table.
 DUPLICATE_RULES = ("min", "mean", "error")
 DEFAULT_DUPLICATES = "min"
+# A run without a finite loss (not finished, or stored as NaN): `error` refuses the table, `drop` leaves the
+# run out (counted): the search then reads that LR as unrecorded, as it would any LR the table lacks.
+MISSING_RULES = ("error", "drop")
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class ReplayOutcome:
     best_lr: float | None
     best_loss: float | None
     regret: float | None  # percent above the group's recorded best (None: no `ok` point)
+    floor: int | None = None  # the clairvoyant floor from the same first grid (`floor_points`), when asked
 
     def within(self, band: float) -> bool:
         return self.regret is not None and self.regret <= band + 1e-9
@@ -77,6 +82,7 @@ class ReplaySummary:
     unrecorded_points: int
     band: float
     exhaustive_points_mean: float  # recorded LRs per replayed group: what exhaustive search cost
+    floor_points_mean: float | None = None  # the clairvoyant floor per replay (`floor_points`), when asked
     by_shift: tuple[dict[str, Any], ...] = ()
     outcomes: tuple[ReplayOutcome, ...] = field(default=(), repr=False)
 
@@ -88,6 +94,7 @@ class ReplaySummary:
             "regret_max": self.regret_max, "within_band_fraction": self.within_band_fraction, "band": self.band,
             "no_result": self.no_result, "unrecorded_points": self.unrecorded_points,
             "exhaustive_points_mean": self.exhaustive_points_mean,
+            **({} if self.floor_points_mean is None else {"floor_points_mean": self.floor_points_mean}),
             "by_shift": list(self.by_shift),
         }
 
@@ -103,6 +110,7 @@ def load_table(
     *,
     tolerance: float = DEFAULT_TOLERANCE,
     duplicates: str = DEFAULT_DUPLICATES,
+    missing_loss: str = "error",
 ) -> RecordedTable:
     """Read and check a recorded table (CSV). Raises UserError with one line per problem."""
     label = str(path)
@@ -114,7 +122,7 @@ def load_table(
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"{label}: not a readable CSV table ({first})") from None
     return table_from_frame(frame, group_columns, lr_column, loss_column, source=label, tolerance=tolerance,
-                            duplicates=duplicates)
+                            duplicates=duplicates, missing_loss=missing_loss)
 
 
 def table_from_frame(
@@ -126,14 +134,18 @@ def table_from_frame(
     source: str = "table",
     tolerance: float = DEFAULT_TOLERANCE,
     duplicates: str = DEFAULT_DUPLICATES,
+    missing_loss: str = "error",
 ) -> RecordedTable:
     """Check a recorded table and split it into groups (see `load_table`).
 
     Several runs of one group at one learning rate (within `tolerance`) are resolved by
     `duplicates` (`DUPLICATE_RULES`): `min` keeps the lowest loss, `mean` averages them, `error`
-    refuses the table, naming the columns that would tell the runs apart."""
+    refuses the table, naming the columns that would tell the runs apart. Runs without a finite
+    loss are refused, or left out and counted with `missing_loss="drop"` (`MISSING_RULES`)."""
     if duplicates not in DUPLICATE_RULES:
         raise UserError(f"--duplicates {duplicates}: must be one of {', '.join(DUPLICATE_RULES)}")
+    if missing_loss not in MISSING_RULES:
+        raise UserError(f"--missing-loss {missing_loss}: must be one of {', '.join(MISSING_RULES)}")
     wanted = [*group_columns, lr_column, loss_column]
     missing = [c for c in dict.fromkeys(wanted) if c not in frame.columns]
     if missing:
@@ -153,7 +165,10 @@ def table_from_frame(
             problems.append(f"{source}: column {lr_column}: {len(bad)} row{'s' if len(bad) > 1 else ''} with a missing, "
                             f"non-finite or non-positive learning rate (first: data row {bad[0] + 1}, value "
                             f"{_show(lr[bad[0]])}); learning rates must be positive")
-    if loss is not None:
+    dropped: set[int] = set()
+    if loss is not None and missing_loss == "drop":
+        dropped = {i for i, v in enumerate(loss) if v is None or not math.isfinite(v)}
+    elif loss is not None:
         bad = [i for i, v in enumerate(loss) if v is None or not math.isfinite(v)]
         if bad:
             problems.append(f"{source}: column {loss_column}: {len(bad)} row{'s' if len(bad) > 1 else ''} with a "
@@ -167,6 +182,8 @@ def table_from_frame(
     keys = frame.select(list(group_columns)).rows()
     by_key: dict[tuple[Any, ...], list[tuple[float, float, int]]] = {}
     for i, key in enumerate(keys):
+        if i in dropped:
+            continue
         by_key.setdefault(tuple(key), []).append((float(lr[i]), float(loss[i]), i))  # type: ignore[arg-type]
     groups = []
     merged = 0
@@ -186,8 +203,10 @@ def table_from_frame(
                   for same in runs]
         groups.append(RecordedGroup(key=dict(zip(group_columns, key)), lrs=tuple(same[0][0] for same in runs),
                                     losses=tuple(losses)))
+    if not groups:
+        raise UserError(f"{source}: every run lacks a finite {loss_column}: nothing to replay")
     ratio = grid_ratio(groups, source=source)
-    return RecordedTable(source, tuple(group_columns), tuple(groups), ratio, frame.height, merged)
+    return RecordedTable(source, tuple(group_columns), tuple(groups), ratio, frame.height, merged, len(dropped))
 
 
 def _numeric(frame: pl.DataFrame, column: str, source: str, problems: list[str]) -> list[float | None] | None:
@@ -265,6 +284,29 @@ def start_grid(policy: LRPolicy, centre: float) -> list[float]:
     return initial_grid(moved)
 
 
+def floor_points(group: RecordedGroup, first: Sequence[float], *, band: float = NEAR_OPTIMAL_BAND,
+                 tolerance: float = DEFAULT_TOLERANCE) -> int:
+    """The fewest points any search starting from the grid `first` could use on this group, knowing the table:
+    the first grid (every point counts, recorded or not) plus the fewest further recorded LRs after which the
+    best point has a recorded neighbour on each side (so it is bracketed: the neighbours are worse) and lies
+    within `band` percent of the group's recorded best. A lower bound for every policy that starts from this
+    grid, whatever its rules (an unrecorded LR only costs); at most three further points, since the recorded
+    best and its two neighbours always do."""
+    gap = math.log1p(tolerance)
+    have = {i for lr in first for i, rec in enumerate(group.lrs) if abs(math.log(lr / rec)) <= gap}
+    rest = [i for i in range(len(group.lrs)) if i not in have]
+    for extra in range(4):
+        for chosen in itertools.combinations(rest, extra):
+            tried = sorted(have.union(chosen))
+            if len(tried) < 3:
+                continue
+            at = min(range(len(tried)), key=lambda j: (group.losses[tried[j]], group.lrs[tried[j]]))
+            regret = 100.0 * (group.losses[tried[at]] - group.best_loss) / abs(group.best_loss)
+            if 0 < at < len(tried) - 1 and regret <= band + 1e-9:
+                return len(first) + extra
+    raise ValueError("the recorded optimum is at the edge of its group: no bracket exists")  # replay skips those
+
+
 def replay_group(
     group: RecordedGroup,
     policy: LRPolicy,
@@ -272,8 +314,10 @@ def replay_group(
     *,
     shift: int = 0,
     tolerance: float = DEFAULT_TOLERANCE,
+    floor_band: float | None = None,
 ) -> ReplayOutcome:
-    """Run one cell on a recorded group, starting from a grid around `centre`."""
+    """Run one cell on a recorded group, starting from a grid around `centre` (and, with `floor_band`, the
+    clairvoyant floor from the same grid for that band: `floor_points`)."""
     points: list[GridPoint] = []
     grid = start_grid(policy, centre)
     decision: CellDecision | None = None
@@ -293,6 +337,7 @@ def replay_group(
         key=group.values, shift=shift, points=len(points), unrecorded=sum(p.state == "failed" for p in points),
         status=decision.status, best_lr=best.lr if best else None, best_loss=best.objective if best else None,
         regret=regret,
+        floor=None if floor_band is None else floor_points(group, grid, band=floor_band, tolerance=tolerance),
     )
 
 
@@ -303,11 +348,14 @@ def replay(
     *,
     tolerance: float = DEFAULT_TOLERANCE,
     band: float = NEAR_OPTIMAL_BAND,
+    floor: bool = False,
 ) -> ReplaySummary:
-    """Replay every group whose recorded optimum is interior, once per starting shift."""
+    """Replay every group whose recorded optimum is interior, once per starting shift (with `floor`, each
+    replay's clairvoyant floor too: `floor_points`)."""
     usable = [g for g in table.groups if not g.optimum_on_edge]
     outcomes = [
-        replay_group(g, policy, canonical(g.best_lr * table.ratio**k), shift=k, tolerance=tolerance)
+        replay_group(g, policy, canonical(g.best_lr * table.ratio**k), shift=k, tolerance=tolerance,
+                     floor_band=band if floor else None)
         for g in usable for k in shifts
     ]
     exhaustive = sum(len(g.lrs) for g in usable) / len(usable) if usable else 0.0
@@ -315,16 +363,28 @@ def replay(
                      exhaustive_points_mean=exhaustive)
 
 
+def combine(summaries: Sequence[ReplaySummary]) -> ReplaySummary:
+    """The figures of several replays (one per table) pooled: every replay of every table counts once;
+    the exhaustive cost is the mean over every replayed group."""
+    groups = sum(s.groups for s in summaries)
+    exhaustive = sum(s.exhaustive_points_mean * s.groups for s in summaries) / groups if groups else 0.0
+    return summarise([o for s in summaries for o in s.outcomes], groups=groups,
+                     skipped_edge=sum(s.skipped_edge for s in summaries),
+                     band=summaries[0].band if summaries else NEAR_OPTIMAL_BAND, exhaustive_points_mean=exhaustive)
+
+
 def summarise(outcomes: Sequence[ReplayOutcome], *, groups: int, skipped_edge: int,
               band: float = NEAR_OPTIMAL_BAND, exhaustive_points_mean: float = 0.0) -> ReplaySummary:
     n = len(outcomes)
     regrets = [o.regret for o in outcomes if o.regret is not None]
+    floors = n > 0 and all(o.floor is not None for o in outcomes)
     by_shift = []
     for k in sorted({o.shift for o in outcomes}):
         mine = [o for o in outcomes if o.shift == k]
         by_shift.append({
             "shift": k, "replays": len(mine), "points_mean": sum(o.points for o in mine) / len(mine),
             "within_band_fraction": sum(o.within(band) for o in mine) / len(mine),
+            **({"floor_points_mean": sum(o.floor or 0 for o in mine) / len(mine)} if floors else {}),
         })
     return ReplaySummary(
         groups=groups, skipped_edge=skipped_edge, replays=n,
@@ -336,5 +396,6 @@ def summarise(outcomes: Sequence[ReplayOutcome], *, groups: int, skipped_edge: i
         within_band_fraction=sum(o.within(band) for o in outcomes) / n if n else 0.0,
         no_result=n - len(regrets), unrecorded_points=sum(o.unrecorded for o in outcomes), band=band,
         exhaustive_points_mean=exhaustive_points_mean,
+        floor_points_mean=sum(o.floor or 0 for o in outcomes) / n if floors else None,
         by_shift=tuple(by_shift), outcomes=tuple(outcomes),
     )

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from sweeper.core.grid import CellDecision, GridPoint, LRPolicy
 from sweeper.core.ids import canonical
-from sweeper.search.bracketing import decide, initial_grid, interpolate_optimum, prior_grid
+from sweeper.search.bracketing import SAME_LR, decide, initial_grid, interpolate_optimum, prior_grid
 
 
 def run_cell(policy: LRPolicy, loss, *, order_seed: int | None = None, max_rounds: int = 200):
@@ -27,7 +27,8 @@ def run_cell(policy: LRPolicy, loss, *, order_seed: int | None = None, max_round
         d = decide(points, policy)
         decisions.append(d)
         tried = {canonical(p.lr) for p in points}
-        assert not tried & set(d.next_lrs), f"proposed again: {tried & set(d.next_lrs)}"
+        again = [lr for lr in d.next_lrs if any(abs(lr - t) <= SAME_LR * t for t in tried)]
+        assert not again, f"proposed again (within {SAME_LR:g}, the same learning rate): {again}"
         assert len(set(d.next_lrs)) == len(d.next_lrs)
         for lr in d.next_lrs:
             assert policy.lo * (1 - 1e-9) <= lr <= policy.hi * (1 + 1e-9)
@@ -327,6 +328,20 @@ def test_failed_neighbour_half_step():
     # Once the half step is tried (and failed too), walk past as `skip` does; never propose it again.
     points.append(GridPoint(2e-3, "failed"))
     assert decide(points, half).next_lrs == (1.6e-2,)
+
+
+def test_a_grid_point_reached_along_two_paths_is_not_proposed_again():
+    # Learning rates are kept at 6 significant digits, so the first grid's 9.79197e-4 (the centre) and the
+    # walk down from its upper neighbour, 1.95839e-3 / 2 = 9.791950e-4, differ in the last digit. The centre
+    # crashed: walking down from the best point must skip it, not train it again as "9.79195e-4".
+    policy = LRPolicy(center=9.79197e-4, points=3, factor=2.0, refine=False)
+    grid = initial_grid(policy)
+    assert grid == [4.89599e-4, 9.79197e-4, 1.95839e-3] and canonical(1.95839e-3 / 2) == 9.79195e-4
+    points = [GridPoint(4.89599e-4, "failed"), GridPoint(9.79197e-4, "failed"), GridPoint(1.95839e-3, "ok", 3.0),
+              GridPoint(3.91678e-3, "ok", 3.2)]
+    (lr,) = decide(points, policy).next_lrs
+    assert lr == pytest.approx(1.95839e-3 / 8, rel=1e-4)  # past both crashes: the next untried grid step
+    assert all(abs(lr - p.lr) > SAME_LR * p.lr for p in points)
 
 
 def test_new_options_are_validated():
