@@ -9,6 +9,8 @@ lazily, only if some selected test asks for it.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -29,3 +31,32 @@ def ray_session():
     address = ray.get_runtime_context().gcs_address
     yield address
     ray.shutdown()
+
+
+# -- settings for tests that train tiny models in this process ------------------------------------------
+# Autouse in tests/models and tests/trials (their conftests); a test module elsewhere that trains asks for
+# them with `pytestmark = pytest.mark.usefixtures("one_torch_thread", "private_cache")`.
+
+
+@pytest.fixture()
+def one_torch_thread() -> Iterator[None]:
+    """Tiny models gain nothing from intra-op threads, and on a busy 2-core machine OpenMP's spinning
+    threads make them 10-20x slower (measured: 0.5 s vs 10 s per training test under load)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def corpus_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("corpus-cache")
+
+
+@pytest.fixture()
+def private_cache(corpus_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Corpora cached in a folder private to the test session, never in the user's ~/.cache."""
+    monkeypatch.setenv("LAYERROPE_SWEEPER_CACHE", str(corpus_cache))
+    return corpus_cache

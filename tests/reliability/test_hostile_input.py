@@ -9,7 +9,7 @@ input is validated. A sample of the cases also runs as a user runs it, each `pyt
 in its own process, end to end: exit code 2, no traceback, and its CPU time (user + system, from
 wait4; load does not inflate it, the wall clock is only recorded) under 1.5 s, Python's start-up
 included.
-Builds on tests/sweeper/test_schema_cli.py (the same kind of cases in-process, for speed).
+Builds on tests/sweeper/spec/test_schema_cli.py (the same kind of cases in-process, for speed).
 """
 
 from __future__ import annotations
