@@ -68,6 +68,7 @@ def test_page_sections_only_for_sites_present(results) -> None:
 
 
 @pytest.mark.browser
+@pytest.mark.slow
 def test_page_renders_offline_in_chromium(results, tmp_path: Path) -> None:
     playwright = pytest.importorskip("playwright.sync_api")
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")

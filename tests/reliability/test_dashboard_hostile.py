@@ -178,6 +178,8 @@ def test_hostile_names_are_data_never_markup(server, figures):
     assert status == 200 and b"alert" not in page and b"svg onload" not in page
 
 
+@pytest.mark.slow
+@pytest.mark.browser
 def test_hostile_names_are_text_in_the_browser(server, figures):
     playwright = pytest.importorskip("playwright.sync_api")
     chromium = shutil.which("chromium") or "/usr/bin/chromium"

@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 GOOD = """\
 name: hostile
 methods: [pre]
@@ -160,6 +162,7 @@ def file_problems(proc: subprocess.CompletedProcess[str], needle: str) -> list[s
 FILES_IN_OWN_PROCESS = ("YAML alias bomb", "deep flow nesting", "file over 1 MB", "missing data file")
 
 
+@pytest.mark.slow
 def test_malformed_sweep_files_are_rejected_cleanly(tmp_path, figures):
     work = tmp_path / "work"  # the working directory: a default output (runs/NAME) would appear here
     work.mkdir()
@@ -255,6 +258,7 @@ def dir_problem(proc: subprocess.CompletedProcess[str], needle: str) -> bool:
             or not lines[0].startswith("error: ") or needle not in lines[0])
 
 
+@pytest.mark.slow
 def test_bad_sweep_directories_for_every_command(tmp_path, figures):
     dirs = _sweep_dirs(tmp_path)
     yaml = tmp_path / "good.yaml"

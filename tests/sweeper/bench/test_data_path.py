@@ -40,6 +40,7 @@ def test_figures_follow_from_the_timings(byte_corpus: Path) -> None:
     assert d["source"].startswith(f"prepared corpus {byte_corpus}")
 
 
+@pytest.mark.slow
 def test_cli_compares_the_data_path_with_the_step(byte_corpus: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = ["bench", "--width", "32", "--depth", "1", "--seq-len", "16", "--batch-size", "2", "--steps", "5", "--warmup", "1",
             "--threads", "1", "--data", "--data-path", str(byte_corpus)]

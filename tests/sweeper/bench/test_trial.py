@@ -17,6 +17,7 @@ from sweeper.bench.trial import BenchSettings, run_bench
 pytestmark = pytest.mark.usefixtures("one_torch_thread", "private_cache")
 
 
+@pytest.mark.slow
 def test_figures_follow_from_the_timings_and_the_counts() -> None:
     settings = BenchSettings(method="layerrope", width=32, depth=2, vocab=300, seq_len=16, batch=4, stack=2, threads=1,
                              steps=5, warmup=1, compare=True)
@@ -41,6 +42,7 @@ def test_figures_follow_from_the_timings_and_the_counts() -> None:
     assert result["execution"].startswith("eager") and result["machine"]["threads"] == 1
 
 
+@pytest.mark.slow
 def test_breakdown_splits_profiled_steps_by_kind_of_work() -> None:
     settings = BenchSettings(width=32, depth=2, vocab=256, seq_len=16, batch=4, stack=2, threads=1, steps=5, warmup=1,
                              breakdown=True)
@@ -57,6 +59,7 @@ def test_breakdown_splits_profiled_steps_by_kind_of_work() -> None:
     assert b["gemm_rate"]["fraction_of_peak"] == pytest.approx(b["gemm_rate"]["gflops_per_s"] / result["matmul_peak_gflops"])
 
 
+@pytest.mark.slow
 def test_cli_json_and_table(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["bench", "--width", "32", "--depth", "1", "--seq-len", "16", "--batch", "2", "--steps", "5", "--warmup", "1",
             "--threads", "1"]

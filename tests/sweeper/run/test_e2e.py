@@ -3,6 +3,9 @@
 Tiny models on the built-in corpus keep each sweep to seconds of training; Ray's start-up
 is paid once per session (`ray_session`), except by the two-node test, which starts its
 own two-node cluster and stops exactly the processes it started.
+
+Two small sweeps (absurd learning rates, a cell that stalls: one cell, seconds of training each) are not
+marked slow: with them the fast lane (`-m "not slow"`) still launches a real sweep on real Ray.
 """
 
 from __future__ import annotations
@@ -24,8 +27,6 @@ import pytest
 from sweeper.cli import main
 from sweeper.records.ledger import storage_url
 from sweeper.records.store import load_cells, load_curves, load_points
-
-pytestmark = pytest.mark.slow
 
 TINY = """\
 name: {name}
@@ -51,6 +52,7 @@ def tiny_yaml(tmp_path: Path, name: str = "tiny", *, methods: str = "[pre, layer
     return path
 
 
+@pytest.mark.slow
 def test_tiny_sweep_brackets_every_cell(ray_session, tmp_path, capsys):
     path = tiny_yaml(tmp_path)
     assert main(["launch", str(path)]) == 0
@@ -172,6 +174,7 @@ def _launch_cmd(path: Path, address: str) -> list[str]:
     return [sys.executable, "-m", "sweeper.cli", "launch", str(path), "--address", address, "--json"]
 
 
+@pytest.mark.slow
 def test_sigkill_of_the_driver_and_relaunch_retrains_no_finished_point(ray_session, tmp_path):
     # Trials of ~3 s (480 steps of a width-32 model, a checkpoint every 10 steps) each force Tune
     # experiment snapshots: one whenever a trial has written two checkpoints since the last.
@@ -240,6 +243,7 @@ def test_sigkill_of_the_driver_and_relaunch_retrains_no_finished_point(ray_sessi
         assert len(ids) == len(set(ids))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["empty", "foreign"])
 def test_a_run_state_tune_cannot_restore_starts_a_new_tune_run(ray_session, tmp_path, damage):
     """A kill while Tune copies its run state to the sweep directory leaves a short file (seen: an
@@ -333,6 +337,7 @@ def _ancestors(pid: int, table: dict[int, tuple[int, str]]) -> list[int]:
     return chain
 
 
+@pytest.mark.slow
 def test_two_node_cluster_places_trials_on_the_second_node(tmp_path):
     temp_dir = Path("/tmp") / f"rsw-{os.getpid()}"  # short: Ray's socket paths are length-limited
     port = _free_port()

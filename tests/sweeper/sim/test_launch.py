@@ -18,8 +18,6 @@ import pytest
 from sweeper.cli import main
 from sweeper.records.store import load_cells, read_manifest
 
-pytestmark = pytest.mark.slow
-
 SWEEP = """\
 name: sim
 output: {out}
@@ -55,6 +53,7 @@ def recorded_table() -> str:
     return "\n".join(rows) + "\n"
 
 
+@pytest.mark.slow
 def test_a_simulated_sweep_finds_the_planted_optima_and_is_marked_simulated(ray_session, tmp_path, capsys):
     sweep = tmp_path / "yaml.yaml"
     sweep.write_text(SWEEP.format(out=tmp_path / "out"))
