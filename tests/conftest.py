@@ -21,6 +21,31 @@ os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`-n 2`), every reliability test runs in one worker: they share the
+    session's uninterrupted reference run and its figures file, and their fault plans go to the Ray
+    workers that worker started."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    reliability = Path(__file__).parent / "reliability"
+    for item in items:
+        if reliability in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.xdist_group("reliability"))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
+    """Where the reliability figures went (`figures` in tests/reliability/conftest.py writes them; under
+    pytest-xdist, the worker that ran the reliability tests did)."""
+    path = getattr(config, "_reliability_report", None)
+    if path is None and getattr(config.option, "numprocesses", None):
+        env = os.environ.get("RELIABILITY_REPORT")
+        base = Path(str(config._tmp_path_factory.getbasetemp()))  # type: ignore[attr-defined]
+        found = [Path(env)] if env else sorted(base.glob("popen-gw*/reliability.json"))
+        path = found[0] if found and found[0].exists() else None
+    if path is not None:
+        terminalreporter.write_line(f"reliability figures: {path} (table: python tests/reliability/table.py {path})")
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     """A local Ray with 2 CPUs for the whole test session; yields its GCS address."""

@@ -313,9 +313,3 @@ def figures(request: pytest.FixtureRequest) -> Iterator[Figures]:
 def machine() -> dict[str, Any]:
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     return {"cpus": os.cpu_count(), "load_average": load, "python": sys.version.split()[0]}
-
-
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    path = getattr(config, "_reliability_report", None)
-    if path is not None:
-        terminalreporter.write_line(f"reliability figures: {path} (table: python tests/reliability/table.py {path})")
