@@ -21,29 +21,17 @@ os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`-n 2`), every reliability test runs in one worker: they share the
-    session's uninterrupted reference run and its figures file, and their fault plans go to the Ray
-    workers that worker started."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    reliability = Path(__file__).parent / "reliability"
-    for item in items:
-        if reliability in Path(str(item.path)).parents:
-            item.add_marker(pytest.mark.xdist_group("reliability"))
-
-
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
     """Where the reliability figures went (`figures` in tests/reliability/conftest.py writes them; under
-    pytest-xdist, the worker that ran the reliability tests did)."""
-    path = getattr(config, "_reliability_report", None)
-    if path is None and getattr(config.option, "numprocesses", None):
+    pytest-xdist, each worker that ran reliability tests wrote its own file)."""
+    paths = [getattr(config, "_reliability_report", None)]
+    if paths[0] is None and getattr(config.option, "numprocesses", None):
         env = os.environ.get("RELIABILITY_REPORT")
         base = Path(str(config._tmp_path_factory.getbasetemp()))  # type: ignore[attr-defined]
-        found = [Path(env)] if env else sorted(base.glob("popen-gw*/reliability.json"))
-        path = found[0] if found and found[0].exists() else None
-    if path is not None:
-        terminalreporter.write_line(f"reliability figures: {path} (table: python tests/reliability/table.py {path})")
+        paths = [Path(env)] if env else sorted(base.glob("popen-gw*/reliability.json"))
+    for path in paths:
+        if path is not None and path.exists():
+            terminalreporter.write_line(f"reliability figures: {path} (table: python tests/reliability/table.py {path})")
 
 
 @pytest.fixture(scope="session")
@@ -85,3 +73,4 @@ def private_cache(corpus_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Corpora cached in a folder private to the test session, never in the user's ~/.cache."""
     monkeypatch.setenv("LAYERROPE_SWEEPER_CACHE", str(corpus_cache))
     return corpus_cache
+
