@@ -9,6 +9,8 @@ lazily, only if some selected test asks for it.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +19,19 @@ os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 # OpenMP's default spin-wait makes multi-threaded torch 10-25x slower when the cores are shared
 # (pytest beside Ray workers on 2 cores); it must be set before torch loads.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
+    """Where the reliability figures went (`figures` in tests/reliability/conftest.py writes them; under
+    pytest-xdist, each worker that ran reliability tests wrote its own file)."""
+    paths = [getattr(config, "_reliability_report", None)]
+    if paths[0] is None and getattr(config.option, "numprocesses", None):
+        env = os.environ.get("RELIABILITY_REPORT")
+        base = Path(str(config._tmp_path_factory.getbasetemp()))  # type: ignore[attr-defined]
+        paths = [Path(env)] if env else sorted(base.glob("popen-gw*/reliability.json"))
+    for path in paths:
+        if path is not None and path.exists():
+            terminalreporter.write_line(f"reliability figures: {path} (table: python tests/reliability/table.py {path})")
 
 
 @pytest.fixture(scope="session")
@@ -29,3 +44,33 @@ def ray_session():
     address = ray.get_runtime_context().gcs_address
     yield address
     ray.shutdown()
+
+
+# -- settings for tests that train tiny models in this process ------------------------------------------
+# Autouse in tests/models and tests/trials (their conftests); a test module elsewhere that trains asks for
+# them with `pytestmark = pytest.mark.usefixtures("one_torch_thread", "private_cache")`.
+
+
+@pytest.fixture()
+def one_torch_thread() -> Iterator[None]:
+    """Tiny models gain nothing from intra-op threads, and on a busy 2-core machine OpenMP's spinning
+    threads make them 10-20x slower (measured: 0.5 s vs 10 s per training test under load)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def corpus_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("corpus-cache")
+
+
+@pytest.fixture()
+def private_cache(corpus_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Corpora cached in a folder private to the test session, never in the user's ~/.cache."""
+    monkeypatch.setenv("LAYERROPE_SWEEPER_CACHE", str(corpus_cache))
+    return corpus_cache
+

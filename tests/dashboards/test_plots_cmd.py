@@ -41,6 +41,7 @@ def test_html_plots_are_byte_identical_on_every_run_and_work_offline(finished_di
 
 
 @pytest.mark.browser  # kaleido drives the system Chromium
+@pytest.mark.slow
 def test_png_plots_of_every_figure_at_print_resolution(finished, finished_dir, tmp_path):
     out = tmp_path / "png"
     result = plots(str(finished_dir), "--out", str(out), "--file-types", "png")
@@ -54,6 +55,7 @@ def test_png_plots_of_every_figure_at_print_resolution(finished, finished_dir, t
 
 
 @pytest.mark.browser
+@pytest.mark.slow
 def test_static_renderings_are_byte_identical_on_every_run(finished, tmp_path):
     from dashboards.export import write_static
 

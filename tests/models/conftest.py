@@ -118,13 +118,8 @@ def ref_forward(sd: dict[str, Tensor], cfg: ModelConfig, step: RefStep, idx: Ten
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a busy 2-core machine OpenMP's spinning
-    threads make them 10-20x slower (measured: 0.5 s vs 10 s per training test under load)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def one_thread(one_torch_thread: None) -> None:
+    """One intra-op thread for every model test (`one_torch_thread` in tests/conftest.py)."""
 
 
 @pytest.fixture

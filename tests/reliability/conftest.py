@@ -28,11 +28,12 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -81,17 +82,25 @@ def cli_cmd(*args: str) -> list[str]:
 
 class Driver:
     """`sweeper launch FILE --address ADDR --json` in its own session (its own process group),
-    with its output in files (a full pipe would stall it)."""
+    with its output in files (a full pipe would stall it). `pipes`: through pipes that threads copy
+    into those files (a file-size limit on the driver does not cover a pipe)."""
 
-    def __init__(self, yaml: Path, address: str, logs: Path, *extra: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, yaml: Path, address: str, logs: Path, *extra: str, env: dict[str, str] | None = None,
+                 pipes: bool = False) -> None:
         logs.mkdir(parents=True, exist_ok=True)
         stamp = f"{time.time():.6f}"
         self.out_path, self.err_path = logs / f"launch-{stamp}.out", logs / f"launch-{stamp}.err"
         self.started = time.time()
+        self.copiers: list[threading.Thread] = []
         with open(self.out_path, "w") as out, open(self.err_path, "w") as err:
             self.proc = subprocess.Popen(cli_cmd("launch", str(yaml), "--address", address, "--json", *extra),
-                                         stdout=out, stderr=err, start_new_session=True,
+                                         stdout=subprocess.PIPE if pipes else out,
+                                         stderr=subprocess.PIPE if pipes else err, start_new_session=True,
                                          env={**os.environ, **(env or {})})
+        for stream, path in ((self.proc.stdout, self.out_path), (self.proc.stderr, self.err_path)):
+            if stream is not None:
+                self.copiers.append(threading.Thread(target=_copy, args=(stream, path), daemon=True))
+                self.copiers[-1].start()
 
     @property
     def running(self) -> bool:
@@ -113,12 +122,21 @@ class Driver:
         except subprocess.TimeoutExpired:
             self.kill_group()
             raise
+        for copier in self.copiers:
+            copier.join(30)
         return code, self.out_path.read_text(), self.err_path.read_text()
 
     def summary(self) -> dict[str, Any]:
         code, out, err = self.wait()
         assert code == 0, err[-4000:]
         return json.loads(out)
+
+
+def _copy(stream: IO[bytes], path: Path) -> None:
+    with open(path, "wb") as fh:
+        for chunk in iter(lambda: stream.read1(1 << 16), b""):  # type: ignore[attr-defined]
+            fh.write(chunk)
+            fh.flush()
 
 
 @pytest.fixture()
@@ -295,9 +313,3 @@ def figures(request: pytest.FixtureRequest) -> Iterator[Figures]:
 def machine() -> dict[str, Any]:
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     return {"cpus": os.cpu_count(), "load_average": load, "python": sys.version.split()[0]}
-
-
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    path = getattr(config, "_reliability_report", None)
-    if path is not None:
-        terminalreporter.write_line(f"reliability figures: {path} (table: python tests/reliability/table.py {path})")

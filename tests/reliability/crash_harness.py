@@ -42,7 +42,7 @@ from sweeper.records.crash_points import CRASH_AT_ENV, WRITE_LOG_ENV, CrashPoint
 from sweeper.records.ledger import OptunaLedger, storage_url
 from sweeper.records.store import load_curves, load_points
 from sweeper.run.sweep_run import SWEEP_DONE, SweepRun
-from tests.run.driving import end, make_sweep, member, report, result
+from tests.sweeper.run.driving import end, make_sweep, member, report, result
 from tests.reliability.conftest import (Driver, cpu_hog, finished_in_ledger, ledger_trials, optima_cells,
                                         write_sweep)
 

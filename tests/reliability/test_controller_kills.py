@@ -3,7 +3,7 @@ sweep, six times with `RELIABILITY_FULL=1` (twice in CI, once in each phase belo
 each time. The sweep completes; no point finished at a kill is trained again or changes; nothing
 is lost or duplicated; the optima equal those of the same sweep run without interruption.
 
-Builds on tests/sweeper/test_e2e.py (one SIGINT + one SIGKILL): here the kills are many,
+Builds on tests/sweeper/run/test_e2e.py (one SIGINT + one SIGKILL): here the kills are many,
 land in every phase (Python start-up, Ray connection, Tune restore, training, result
 recording), and the final results are compared with an uninterrupted run point by point.
 A launch is killed no later than when it has finished its share of the points still open, so
@@ -186,7 +186,7 @@ def test_driver_killed_repeatedly_completes_with_the_uninterrupted_results(ray_s
 
 
 def _state(tmp_path: Path, **overrides: Any):
-    from tests.run.driving import make_sweep
+    from tests.sweeper.run.driving import make_sweep
 
     raw = {"name": "unit", "methods": ["pre"], "model": {"width": 32, "heads": 2, "depths": [2], "seq_len": 32},
            "train": {"steps": 30, "batch_size": 4}, "lr": {"grid": [1e-3, 3e-3, 1e-2, 3e-2]}, "stack": 1,
@@ -195,7 +195,7 @@ def _state(tmp_path: Path, **overrides: Any):
 
 
 def test_a_relaunch_queues_the_rest_of_an_interrupted_initial_grid(tmp_path):
-    from tests.run.driving import next_config
+    from tests.sweeper.run.driving import next_config
 
     state = _state(tmp_path)
     state.load([])
@@ -210,7 +210,7 @@ def test_a_relaunch_queues_the_rest_of_an_interrupted_initial_grid(tmp_path):
 
 
 def test_a_trial_that_cannot_be_restored_reruns_its_points_instead_of_failing_them(tmp_path):
-    from tests.run.driving import end, next_config, report
+    from tests.sweeper.run.driving import end, next_config, report
 
     state = _state(tmp_path)
     state.load([])

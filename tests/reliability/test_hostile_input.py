@@ -9,7 +9,7 @@ input is validated. A sample of the cases also runs as a user runs it, each `pyt
 in its own process, end to end: exit code 2, no traceback, and its CPU time (user + system, from
 wait4; load does not inflate it, the wall clock is only recorded) under 1.5 s, Python's start-up
 included.
-Builds on tests/sweeper/test_schema_cli.py (the same kind of cases in-process, for speed).
+Builds on tests/sweeper/spec/test_schema_cli.py (the same kind of cases in-process, for speed).
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 GOOD = """\
 name: hostile
@@ -160,6 +162,7 @@ def file_problems(proc: subprocess.CompletedProcess[str], needle: str) -> list[s
 FILES_IN_OWN_PROCESS = ("YAML alias bomb", "deep flow nesting", "file over 1 MB", "missing data file")
 
 
+@pytest.mark.slow
 def test_malformed_sweep_files_are_rejected_cleanly(tmp_path, figures):
     work = tmp_path / "work"  # the working directory: a default output (runs/NAME) would appear here
     work.mkdir()
@@ -255,6 +258,7 @@ def dir_problem(proc: subprocess.CompletedProcess[str], needle: str) -> bool:
             or not lines[0].startswith("error: ") or needle not in lines[0])
 
 
+@pytest.mark.slow
 def test_bad_sweep_directories_for_every_command(tmp_path, figures):
     dirs = _sweep_dirs(tmp_path)
     yaml = tmp_path / "good.yaml"

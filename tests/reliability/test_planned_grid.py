@@ -15,7 +15,7 @@ import optuna
 
 from sweeper.records.ledger import OptunaLedger, storage_url
 from sweeper.run.sweep_run import SweepRun
-from tests.run.driving import end, make_sweep, member, next_config, report, result
+from tests.sweeper.run.driving import end, make_sweep, member, next_config, report, result
 
 CELL = "pre/L2/s0"
 

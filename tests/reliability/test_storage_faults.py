@@ -15,7 +15,6 @@ import json
 import os
 import resource
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from sweeper.records.crash_points import PAUSE_AT_ENV, PAUSE_DIR_ENV, PAUSED_FILE, RESUME_FILE
 from sweeper.records.store import load_points
 
 from .conftest import KILL_SWEEP, Driver, cli_cmd, optima_cells, optima_json, wait_for, write_sweep
@@ -245,23 +245,6 @@ def hold_lock(ledger: Path, seconds: float, acquire_timeout: float = 60.0) -> su
     return proc
 
 
-def lock_mid_sweep(driver: Driver, ledger: Path, seconds: float) -> subprocess.Popen:
-    """Take the ledger's lock while the driver is paused (SIGSTOP), so that it lands mid-sweep however
-    fast the sweep commits: a locker that merely waits for the lock can be starved by a driver that
-    commits back to back until the sweep has ended (then the driver never meets the lock)."""
-    for _ in range(100):
-        assert driver.running, "the sweep ended before the ledger could be locked"
-        os.kill(driver.proc.pid, signal.SIGSTOP)
-        try:
-            locker = hold_lock(ledger, seconds, acquire_timeout=0.5)  # busy: paused inside its own transaction
-        finally:
-            os.kill(driver.proc.pid, signal.SIGCONT)
-        if locker is not None:
-            return locker
-        time.sleep(0.1)
-    raise AssertionError("the ledger stayed busy for 100 tries")
-
-
 def test_a_locked_ledger_waits_or_stops_cleanly_and_readers_do_not_care(finished, ray_session, figures):
     ledger, yaml = finished / "ledger.db", finished.parent / "killsweep.yaml"
     locker = hold_lock(ledger, 30)
@@ -342,17 +325,26 @@ def test_a_sweep_survives_a_lock_and_a_full_disk_with_every_result(ray_session, 
                                                                    drivers, figures):
     """One sweep, three launches: the ledger gets locked past the timeout mid-sweep (stop, exit 1);
     the disk fills up mid-sweep (stop, exit 1); after the space is freed the sweep completes, with
-    no failed point and the same optima as the uninterrupted run."""
+    no failed point and the same optima as the uninterrupted run.
+
+    Each fault is injected at a known write of the sweep, whatever its speed: the driver is held
+    there by the pause seam (`LAYERROPE_SWEEPER_PAUSE_AT`, `sweeper.records.crash_points`) while
+    the test applies the real fault, then released. No timer decides where a fault lands."""
     root = small_disk or tmp_path
     sweep = root / "killsweep"
     yaml = write_sweep(tmp_path, "killsweep", out=sweep, **KILL_SWEEP)
     finished = lambda: int(load_points(sweep)["state"].is_in(["ok", "diverged", "failed"]).sum())  # noqa: E731
 
-    # 1. a lock that outlasts the ledger timeout, mid-sweep
-    first = Driver(yaml, ray_session, tmp_path / "logs", env={"LAYERROPE_SWEEPER_LEDGER_TIMEOUT": "2"})
+    # 1. a lock that outlasts the ledger timeout, mid-sweep: the driver is held right before the
+    # commit that finishes its third point (between commits: it holds no SQLite lock), another
+    # process takes the ledger's exclusive lock and keeps it until the driver has stopped.
+    first = Driver(yaml, ray_session, tmp_path / "logs", env={"LAYERROPE_SWEEPER_LEDGER_TIMEOUT": "2",
+                                                                **pause_at("ledger:finish#3:before", tmp_path / "p1")})
     drivers.append(first)
-    wait_for(lambda: finished() >= 3, 300, "three finished points")
-    locker = lock_mid_sweep(first, sweep / "ledger.db", 12)
+    held_at = wait_paused(first, tmp_path / "p1")
+    locker = hold_lock(sweep / "ledger.db", 600, acquire_timeout=10)
+    assert locker is not None, "the held driver kept the ledger busy"
+    resume(tmp_path / "p1")
     code, _, err = first.wait(300)
     locker.kill()
     locker.wait()
@@ -361,19 +353,21 @@ def test_a_sweep_survives_a_lock_and_a_full_disk_with_every_result(ray_session, 
     assert len(lock_line) == 1 and "locked by another process" in lock_line[0], err[-3000:]
     after_lock = finished()
 
-    # 2. a full disk, mid-sweep (a tmpfs filled up once this launch has finished another point;
-    # without a tmpfs, a file-size limit on the driver)
+    # 2. a full disk, mid-sweep: the relaunch is held right before it writes its first points chunk (a
+    # point it finished); then the tmpfs is filled up (without a tmpfs: a 1-byte file-size limit is put
+    # on the driver, whose output goes to pipes, which the limit does not cover).
+    env = pause_at("file:points/chunk#1:before", tmp_path / "p2")
+    second = Driver(yaml, ray_session, tmp_path / "logs", env=env, pipes=small_disk is None)
+    drivers.append(second)
+    wait_paused(second, tmp_path / "p2")
     if small_disk is not None:
-        second = Driver(yaml, ray_session, tmp_path / "logs")
-        wait_for(lambda: finished() > after_lock or not second.running, 300, "a point finished after the relaunch")
-        filler = fill(small_disk, leave=0)
-        how = "tmpfs filled up once the relaunch had finished a point"
+        filler: Path | None = fill(small_disk, leave=0)
+        how = "tmpfs filled up while the relaunch was held before its first points chunk"
     else:
         filler = None
-        limit = (sweep / "ledger.db").stat().st_size + 40_000
-        second = _limited_driver(yaml, ray_session, tmp_path / "logs", limit)
-        how = f"RLIMIT_FSIZE {limit} bytes on the driver"
-    drivers.append(second)
+        resource.prlimit(second.proc.pid, resource.RLIMIT_FSIZE, (1, resource.RLIM_INFINITY))
+        how = "RLIMIT_FSIZE 1 byte on the relaunch, held before its first points chunk"
+    resume(tmp_path / "p2")
     code, _, err = second.wait(300)
     assert code == 1, err[-3000:]
     disk_line = [ln for ln in err.splitlines() if ln.startswith("error: ")]
@@ -397,8 +391,8 @@ def test_a_sweep_survives_a_lock_and_a_full_disk_with_every_result(ray_session, 
 
     figures.record(
         "storage_during_sweep", order=7, title="Storage: lock and full disk during a sweep",
-        does=(f"one sweep, three launches: ledger locked past a 2 s timeout mid-sweep; disk full mid-sweep ({how}); "
-              "then relaunch"),
+        does=(f"one sweep, three launches: ledger locked past a 2 s timeout mid-sweep (driver held before write "
+              f"{held_at}); disk full mid-sweep ({how}); then relaunch"),
         lock_error=lock_line[0][len("error: "):],
         disk_error=disk_line[0][len("error: "):],
         finished_after_lock_stop=after_lock,
@@ -411,14 +405,21 @@ def test_a_sweep_survives_a_lock_and_a_full_disk_with_every_result(ray_session, 
     )
 
 
-def _limited_driver(yaml: Path, address: str, logs: Path, limit: int) -> Driver:
-    """A driver whose files may not grow past `limit` bytes (EFBIG: Python ignores SIGXFSZ)."""
-    previous = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, previous[1]))
-    try:
-        return Driver(yaml, address, logs)  # the child inherits the limit
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, previous)
+def pause_at(point: str, folder: Path) -> dict[str, str]:
+    """The environment that holds a driver at durable write `point` (the crash points' seam)."""
+    return {PAUSE_AT_ENV: point, PAUSE_DIR_ENV: str(folder)}
+
+
+def wait_paused(driver: Driver, folder: Path, timeout: float = 300) -> str:
+    """Wait until the driver is held at its pause point; returns `k kind` of the write it is held at."""
+    wait_for(lambda: (folder / PAUSED_FILE).exists() or not driver.running, timeout, "the driver to pause")
+    assert (folder / PAUSED_FILE).exists(), f"the driver ended before its pause point: {driver.wait(30)[2][-3000:]}"
+    k, kind, _ = (folder / PAUSED_FILE).read_text().split("\t")
+    return f"{k} ({kind})"
+
+
+def resume(folder: Path) -> None:
+    (folder / RESUME_FILE).touch()
 
 
 def test_a_failed_write_leaves_the_old_file_and_no_debris(finished, tmp_path, figures):

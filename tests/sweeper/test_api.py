@@ -17,7 +17,7 @@ from sweeper.sim.synthetic import SyntheticSpec, SyntheticSweep
 from sweeper.api import FIGURE_NAMES, OPTIMA_SCHEMA, Fits
 from sweeper.cli import main
 from sweeper.core.errors import UserError
-from tests.fits.conftest import Truth, write_sweep
+from tests.sweeper.analysis.fits.conftest import Truth, write_sweep
 
 SPEC = SyntheticSpec(methods=("pre", "layerrope"), depths=(4, 8, 16), seeds=(0,), lrs_per_cell=5, steps=60,
                      report_every=10, name="api-sweep")

@@ -8,33 +8,18 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from trials.data.base import TokenSource
 
 
 @pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="session")
-def corpus_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("corpus-cache")
-
-
-@pytest.fixture(autouse=True)
-def private_cache(corpus_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("LAYERROPE_SWEEPER_CACHE", str(corpus_cache))
-    return corpus_cache
+def trial_settings(one_torch_thread: None, private_cache: Path) -> None:
+    """One intra-op thread and a private corpus cache (both in tests/conftest.py) for every test here."""
 
 
 def check_stream_contract(source: TokenSource, batch: int = 3, seq_len: int = 16) -> None:

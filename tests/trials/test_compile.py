@@ -17,6 +17,8 @@ from trials.config import DataConfig, DivergenceConfig, OptimizerConfig, Schedul
 from trials.spec import TrialSpec
 from trials.train import Trial
 
+pytestmark = pytest.mark.slow  # inductor compiles: tens of seconds on two cores
+
 SYNTH = DataConfig(source="synthetic", synthetic_vocab=48, synthetic_tokens=8192)
 CUDA = torch.cuda.is_available()
 

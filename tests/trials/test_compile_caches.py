@@ -1,8 +1,15 @@
-"""Compile caches that cannot fail a trial (`trials.compiled`): one process trains 12 configurations in a
-row with `compile: true`, as a reused Ray actor does: a stack shrinking from 8 members to 1 by drops, three
-depths, two schemes. Dynamo is never reset between them (nor before: whatever earlier tests compiled in
-this process stays). With one shared cache per code object the optimizer's `fullgraph` update raised
-`FailOnRecompileLimitHit` at the 9th layout and the blocks ran eagerly past theirs.
+"""Compile caches that cannot fail a trial (`trials.compiled`): one process trains 6 configurations in a
+row with `compile: true`, as a reused Ray actor does: a stack shrinking from 8 members to 1 by drops, then
+another scheme at another depth, shrinking too. Dynamo is never reset between them (nor before: whatever
+earlier tests compiled in this process stays). With one shared cache per code object the optimizer's
+`fullgraph` update raised `FailOnRecompileLimitHit` at the 9th layout (Dynamo's default limit, 8) and the
+blocks ran eagerly past theirs.
+
+Six are enough to catch that bug: each optimizer layout is one cache entry under a limit of
+`OPTIMIZER_RECOMPILE_LIMIT` (4), so with the private copies removed (`private_copy` returning its
+argument) this test fails at the 5th configuration (measured: `FailOnRecompileLimitHit` on the first
+step of layerrope/L2/K2). Each configuration compiles new graphs (~15 s of two cores with a cold
+inductor cache), so the test trains no more of them than that needs, plus one.
 
 The counter: the profiler's "Torch-Compiled Region" events of one training step, which only compiled code
 records. A step of a depth-L model must show L compiled block calls and one compiled optimizer update; an
@@ -13,6 +20,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import pytest
+
 from torch.profiler import ProfilerActivity, profile
 
 from models import ModelConfig
@@ -20,16 +29,14 @@ from trials.config import DataConfig, TrainConfig
 from trials.spec import TrialSpec
 from trials.train import Trial
 
+pytestmark = pytest.mark.slow  # six configurations compiled: about a minute and a half on two cores
+
 SYNTH = DataConfig(source="synthetic", synthetic_vocab=32, synthetic_tokens=4096)
 
 # (scheme, depth, stack sizes the trial goes through: the first at build, the others by drops)
 TRIALS = [
     ("pre", 1, [8, 4, 2, 1]),
-    ("pre", 2, [3, 1]),
-    ("pre", 3, [2]),
-    ("layerrope", 1, [4, 2]),
     ("layerrope", 2, [2, 1]),
-    ("layerrope", 3, [1]),
 ]
 
 
@@ -54,7 +61,7 @@ def drop_to(trial: Trial, stack: int) -> None:
     assert len(trial.slots) == stack
 
 
-def test_twelve_configurations_in_one_process_all_run_compiled() -> None:
+def test_six_configurations_in_one_process_all_run_compiled() -> None:
     seen = []
     started = time.perf_counter()
     for scheme, depth, stacks in TRIALS:
@@ -68,6 +75,6 @@ def test_twelve_configurations_in_one_process_all_run_compiled() -> None:
             trial.step += 1
             seen.append((scheme, depth, stack, regions))
             assert regions == depth + 1, seen  # every block and the optimizer update ran compiled
-    assert len(seen) == 12
-    assert compiled_regions(trial.evaluate) == 3  # the last trial's depth-3 blocks, no gradients
-    print(f"12 configurations in {time.perf_counter() - started:.1f} s")
+    assert len(seen) == 6
+    assert compiled_regions(trial.evaluate) == 2  # the last trial's depth-2 blocks, no gradients
+    print(f"6 configurations in {time.perf_counter() - started:.1f} s")

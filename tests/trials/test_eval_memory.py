@@ -74,6 +74,7 @@ MEASURE = textwrap.dedent('''
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+@pytest.mark.slow
 def test_evaluation_of_8x_the_micro_batch_stays_within_a_training_micro_step() -> None:
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
     done = subprocess.run([sys.executable, "-c", MEASURE], capture_output=True, text=True, timeout=300, env=env)

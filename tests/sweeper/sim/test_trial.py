@@ -1,0 +1,138 @@
+"""Simulated trials (`sweeper launch --simulate`): the planted surface, the trial loop, its clock."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from models.config import ModelConfig
+from trials.config import TrainConfig
+from sweeper.sim.trial import SimulatedCell, rate_of, simulate_trial
+from trials.spec import TrialSpec
+from sweeper.sim.surface import Surface, SurfaceMethod, final_loss
+
+# as for the trials tests: one intra-op thread, a private corpus cache (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "private_cache")
+
+
+PRE = SurfaceMethod(E=2.0, A=1.0, alpha=0.5, lr_k=0.02, lr_b=-0.5, c=0.05, cliff=4.0)
+
+
+def surface(**extra) -> Surface:
+    return Surface.model_validate({"name": "t", "throughput": 1e9, "time_compression": 10.0, "noise": 0.0,
+                                   "min_report_seconds": 0.0, "methods": {"pre": PRE.model_dump()}, **extra})
+
+
+def test_the_planted_optimum_is_the_lowest_loss_and_above_the_cliff_runs_diverge():
+    x = 4.0
+    star = PRE.optimal_lr(x)
+    assert star == pytest.approx(0.01)
+    at = {f: final_loss(PRE, x, star * f, 0, 0.0, "pre") for f in (0.25, 0.5, 1.0, 2.0, 3.9, 4.1)}
+    assert at[1.0] == pytest.approx(2.0 + 4 ** -0.5)
+    assert min(v for v in at.values() if v is not None) == at[1.0]
+    assert at[0.5] == pytest.approx(at[2.0]) and at[4.1] is None
+    # The seed noise is fixed by the point: the same draw every time, another seed another draw.
+    a = final_loss(PRE, x, star, 0, 0.01, "pre")
+    assert a == final_loss(PRE, x, star, 0, 0.01, "pre") != final_loss(PRE, x, star, 1, 0.01, "pre")
+    failing = PRE.model_copy(update={"fails_above": 2.0})
+    assert final_loss(failing, 2.0, 0.014, 0, 0.0, "pre") is not None
+    assert final_loss(failing, 4.0, star, 0, 0.0, "pre") is None
+    stalling = PRE.model_copy(update={"stall_below": 0.1, "stall_loss": 5.0})
+    assert final_loss(stalling, x, star * 0.05, 0, 0.0, "pre") == 5.0
+
+
+def cell(steps: int = 100) -> SimulatedCell:
+    return SimulatedCell(method="pre", x=4.0, steps=steps, tokens_per_step=64, flops_per_token=1e6, params=1000,
+                         params_nonembed=500, vocab=256)
+
+
+def spec(lrs: list[float], **train) -> TrialSpec:
+    return TrialSpec(model=ModelConfig(width=32, depth=4, n_heads=2, vocab=256, seq_len=16),
+                     train=TrainConfig(**{"steps": 100, "batch_size": 4, "report_every": 10, "eval_every": 50,
+                                          "checkpoint_every": 40, **train}),
+                     lrs=lrs, point_ids=[f"pre/L4/s0/lr={lr:g}" for lr in lrs])
+
+
+def run(lrs, start=None, surf=None):
+    reports, slept = [], []
+    results = simulate_trial(spec(lrs), cell(), surf or surface(), {"CPU": 1.0, "GPU": 0.25},
+                             report=lambda r, state: reports.append((r, state)), sleep=slept.append,
+                             clock=lambda: 0.0, start=start)
+    return results, reports, slept
+
+
+def test_a_simulated_trial_reports_checkpoints_and_sleeps_its_flops():
+    results, reports, slept = run([0.01, 0.005, 0.08])
+    assert [r.outcome for r in results] == ["ok", "ok", "diverged"]
+    assert results[0].loss == pytest.approx(2.5) and results[1].loss == pytest.approx(2.5 + 0.05 * math.log(2) ** 2)
+    assert results[2].diverged_step == 5 and results[2].corpus.startswith("simulated:")
+    steps = [r.step for r, _ in reports]
+    assert steps == [10, 20, 30, 40, 50, 60, 70, 80, 90, 100] and reports[-1][0].done
+    assert [r.step for r, state in reports if state] == [40, 80]
+    evaluated = [r.step for r, _ in reports if r.members[0].eval_loss is not None]
+    assert evaluated == [50, 100]
+    assert reports[1][0].members[2].state == "diverged"
+    # Time: members still training x steps x tokens x FLOPs per token / (throughput x GPU share) / compression;
+    # the diverged member stops costing once it has diverged (step 5: within the first interval).
+    rate = 1e9 * 0.25
+    assert rate_of(surface(), {"GPU": 0.25}) == rate
+    expected = (3 * 10 + 2 * 90) * 64 * 1e6 / rate
+    assert sum(slept) * 10.0 == pytest.approx(expected) and results[0].train_seconds == pytest.approx(expected)
+
+
+def test_a_resumed_trial_continues_from_its_checkpoint_and_ends_with_the_same_results():
+    whole, reports, _ = run([0.01, 0.02])
+    state = next(s for _, s in reports if s)  # the step-40 checkpoint
+    resumed, later, slept = run([0.01, 0.02], start=state)
+    assert [r.to_dict() for r in resumed] == [r.to_dict() for r in whole]
+    assert later[0][0].step == 50 and len(slept) == 6
+
+
+def test_reports_closer_than_min_report_seconds_are_coalesced():
+    clock = iter(range(1000))
+    reports = []
+    simulate_trial(spec([0.01]), cell(), surface(min_report_seconds=100.0), {"CPU": 1.0}, report=lambda r, s: reports.append(r),
+                   sleep=lambda s: None, clock=lambda: float(next(clock)))
+    assert [r.step for r in reports] == [40, 50, 80, 100]  # checkpoints, the evaluation, the end
+
+
+def test_surface_file_errors_name_the_file_and_line(tmp_path):
+    from sweeper.core.errors import UserError
+    from sweeper.sim.simulation import load_surface
+
+    bad = tmp_path / "s.yaml"
+    bad.write_text("name: s\nmethods:\n  pre: {E: 2.0, A: 1.0, alpha: 0.5, lr_k: 0.02, lr_b: -0.5, clif: 3}\n")
+    with pytest.raises(UserError, match=r"s.yaml:3: methods.pre.clif"):
+        load_surface(bad)
+    with pytest.raises(UserError, match="no such file"):
+        load_surface(tmp_path / "none.yaml")
+    assert load_surface("sweeps/surfaces/study.yaml").methods.keys() == {"pre", "post", "peri", "lns", "deepnet",
+                                                                         "layerrope"}
+
+
+def test_concurrency_auto_lets_ray_pack_mixed_fractions():
+    from sweeper.core.errors import UserError
+    from sweeper.run.tune_session import auto_concurrency
+
+    pool = {"CPU": 1024.0, "GPU": 8.0}
+    cells = [{"CPU": 2.0, "GPU": 0.125}, {"CPU": 2.0, "GPU": 0.25}, {"CPU": 2.0, "GPU": 0.5}]
+    assert auto_concurrency(cells, pool) == 64  # the 0.125-GPU cells could fill the pool; Ray admits what fits
+    assert auto_concurrency([{"CPU": 1.0}], {"CPU": 2.0}) == 2
+    assert auto_concurrency([{"CPU": 1.0, "GPU": 4.0}, {"CPU": 1.0, "GPU": 1.0}], {"CPU": 8.0, "GPU": 2.0}) == 2
+    with pytest.raises(UserError, match="asks for"):
+        auto_concurrency([{"CPU": 1.0, "GPU": 4.0}], {"CPU": 8.0, "GPU": 2.0})
+
+
+def test_gpu_probe_integrates_the_gpus_held():
+    from sweeper.sim.simulation import GpuProbe
+
+    probe = GpuProbe(pool_gpus=8.0)
+    probe.sample(0.0, 8.0, 10.0)  # saturated, all held
+    probe.sample(10.0, 6.0, 9.0)  # saturated, 6 of 8 held
+    probe.sample(20.0, 2.0, 2.0)  # too few cells open
+    probe.sample(30.0, 0.0, 0.0)
+    figures = probe.figures(compression=360.0)
+    assert figures["gpu_utilisation"] == pytest.approx((80 + 60 + 20) / (8 * 30))
+    assert figures["gpu_utilisation_while_saturated"] == pytest.approx(140 / 160)
+    assert figures["simulated_gpu_hours"] == pytest.approx(160 * 360 / 3600)
