@@ -192,6 +192,12 @@ def print_summary(summary: Any, console: Any) -> None:
             f"({100 * (sim.get('saturated_fraction_of_wall') or 0):.0f}% of the time)", style="bold"),
             highlight=False,
         )
+        if sim.get("gpu_busy_fraction_first_day") is not None:
+            console.print(
+                f"devices busy (a trial on the GPU): {100 * sim['gpu_busy_fraction_first_day']:.1f}% of the first "
+                f"{sim['first_day_hours']:.3g} simulated hours, {100 * sim['gpu_busy_fraction']:.1f}% of "
+                f"{sim['busy_log_hours']:.4g}; compute in use {100 * sim['gpu_compute_fraction_first_day']:.1f}% and "
+                f"{100 * sim['gpu_compute_fraction']:.1f}% (sweeper.sim.devices)", highlight=False)
     failed = {k: v for k, v in summary.counts.items() if k in ("diverged", "stalled") and v}
     if failed:
         console.print(f"{sum(failed.values())} cell(s) found no usable learning rate (every point diverged or "

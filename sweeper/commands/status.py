@@ -65,8 +65,14 @@ def run(args: argparse.Namespace) -> int:
         from sweeper.records.results import cell_rows  # the same fields as `sweeper optima --json`
 
         rows = cell_rows(args.dir)
+        busy = {}
+        if manifest.get("simulated"):
+            from sweeper.sim.devices import busy_figures  # a simulated sweep's busy log
+
+            pool = float((manifest["simulated"].get("pool") or {}).get("gpus") or 0)
+            busy = busy_figures(args.dir, pool) or {}
         print(json.dumps({"name": manifest.get("name"), "dir": str(args.dir),
-                          "simulated": bool(manifest.get("simulated")),
+                          "simulated": bool(manifest.get("simulated")), **busy,
                           "unigram_entropy": manifest.get("unigram_entropy"), "stall_margin": manifest.get("stall_margin"),
                           "cells": rows}, indent=2, default=str))
         return 0
