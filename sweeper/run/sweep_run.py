@@ -26,6 +26,7 @@ from sweeper.run import weights
 from sweeper.run.recorder import Recorder
 from sweeper.run.tune_trials import LaunchStats, TuneTrials
 from sweeper.search.memory import DeviceMemory, auto_stack
+from sweeper.search.placement import gpu_request
 from sweeper.search.planner import Cell, Plan
 from sweeper.tracking.core import Tracking
 from trials.spec import StepReport, TrialSpec
@@ -50,13 +51,15 @@ class TrialConfig:
     point_ids: list[str]
     export_dir: str | None = None
     export_best_only: bool = False  # the trial writes only its best member's weights (kept weights, not exports/)
+    gpu: float | None = None  # the GPU share asked of Ray when it differs from the cell's (resources.placement)
 
     def to_tune(self) -> dict[str, Any]:
         """The Ray Tune config: the trial spec plus what the sweeper's adapters read back."""
         cell = self.cell
         spec = TrialSpec(model=cell.model, train=cell.train, data=cell.data, divergence=cell.divergence,
                          lrs=list(self.lrs), seed=cell.seed, point_ids=list(self.point_ids))
-        config: dict[str, Any] = {"spec": spec.to_dict(), "cell_id": cell.cell_id, "resources": dict(cell.resources)}
+        resources = dict(cell.resources) if self.gpu is None else {**cell.resources, "GPU": self.gpu}
+        config: dict[str, Any] = {"spec": spec.to_dict(), "cell_id": cell.cell_id, "resources": resources}
         if self.export_dir is not None:
             config["export_dir"] = self.export_dir
             if self.export_best_only:
@@ -88,6 +91,7 @@ class SweepRun:
         self.stopping = False
         self.fault: str | None = None  # why the ledger or the store could not be written (the sweep stops)
         self.messages: list[str] = []  # notable events for the live display
+        self.pool_gpus = 0.0  # the Ray cluster's GPUs (set by the launch), for resources.placement
 
     @property
     def cells(self) -> dict[str, Cell]:
@@ -142,7 +146,14 @@ class SweepRun:
         self._record(changes)
         self.trials.assigned(tune_trial_id, pids)
         return TrialConfig(cell, [c.row.lr for c in changes], pids, self._export_dir(cid, tune_trial_id),
-                           export_best_only=not self.plan.config.export_weights)
+                           export_best_only=not self.plan.config.export_weights, gpu=self.gpu_request(cell))
+
+    def gpu_request(self, cell: Cell) -> float | None:
+        """The GPU share a new trial of `cell` asks Ray for (`sweeper.search.placement`), None: the cell's own."""
+        declared = float(cell.resources.get("GPU", 0.0))
+        wanted = len(self.trials.points) + sum(1 for q in self.book.queue.values() if q)
+        share = gpu_request(declared, wanted, self.pool_gpus, self.plan.config.resources.placement)
+        return share if share != declared else None
 
     def _export_dir(self, cid: str, tune_trial_id: str) -> str | None:
         """Where the trial writes its members' final weights: exports/ (all kept) or a staging folder
