@@ -218,8 +218,14 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any, memory
     from sweeper.search.memory import describe
 
     device, measured_peaks, host = memory if memory is not None else (None, None, _host_memory())
+    gpu_model = device.model if device is not None else plan.config.resources.gpu_model
+    if gpu_model is None and any(c.resources.get("GPU") for c in plan.cells):
+        from sweeper.run.machine import local_gpu  # (see `run`): nvidia-smi, for GPU sweeps only
+
+        gpu_model = (local_gpu() or (0, None))[1]
     costs = cost_plan(plan, bench_cache.load(), gpu_throughput=throughput, cpu_throughput=cpu_throughput, pool=pool,
-                      host_memory=host, device=device, measured=measured_peaks)
+                      host_memory=host, device=device, measured=measured_peaks, gpu_model=gpu_model,
+                      cpu_model=bench_cache.cpu_model())
     rows = []
     for c in costs.cells:
         cell, grid = c.cell, c.grid
@@ -304,7 +310,7 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any, memory
         commands = costs.missing_commands()
         console.print(
             f"† {len(costs.cells) - measured} of {len(costs.cells)} cells at an assumed {' and '.join(rates)}: no "
-            f"`sweeper bench` figure for their shape on this device kind; measure with e.g. `{commands[0]}`"
+            f"`sweeper bench` figure for their shape on this device model; measure with e.g. `{commands[0]}`"
             + (f" ({len(commands)} shapes)" if len(commands) > 1 else ""),
             highlight=False,
         )

@@ -168,7 +168,7 @@ def _launch_locked(plan: Plan, old_manifest: dict[str, Any] | None, corpus: str 
             session.use_trainable(simulated_trainable, simulation=simulation.payload(plan))
             device, measured, host = DeviceMemory(int(pool.gpu_memory_gb * 2**30), "the simulated pool"), {}, host_memory()
         else:
-            device, measured, host = memory_inputs(plan.config.resources.gpu_memory_gb)
+            device, measured, host = memory_inputs(plan.config.resources.gpu_memory_gb, plan.config.resources.gpu_model)
         sweep = SweepRun(plan, ledger, store, concurrency=session.concurrency, host_memory=host, device=device,
                          measured=measured, tracking=tracking)
         sweep.pool_gpus = session.pool_gpus

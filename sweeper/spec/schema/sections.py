@@ -358,6 +358,10 @@ class Resources(Strict):
     gpu_memory_gb: PositiveFloat | None = Field(
         None, description="memory of one GPU, for stack: auto (default: measured by sweeper bench here, else this "
                           "machine's GPU, else 80)")
+    gpu_model: Annotated[str, Field(min_length=1, max_length=200)] | None = Field(
+        None, description="the GPU model the trials run on, as CUDA and nvidia-smi name it (e.g. 'NVIDIA H200'): "
+                          "stack: auto and the dry run use sweeper bench's measurements of this model only "
+                          "(default: this machine's GPU; none seen here: the memory model's formula)")
     custom: dict[str, NonNegFloat] = Field(default_factory=dict, description="custom Ray resources, e.g. a node tag")
     by_size: list[ResourceRule] = Field(default_factory=list, description="overrides by depth or size")
     placement: Literal["spread", "pack"] = Field(
