@@ -50,11 +50,11 @@ from sweeper.spec.schema import load_sweep
 
 GOAL_STACK_SPEEDUP = 5.0
 #: Model FLOP/s over the dense bf16 peak at width 128 (depth 512, K = 8, bf16, compiled). Width-128 GEMMs do
-#: ~96 FLOP per byte moved (`sweeper.bench.worker.gemm_intensity`: d n / (d + n) over the block's products)
+#: ~84 FLOP per byte moved (`sweeper.bench.worker.gemm_intensity`: d n / (d + n) over the block's products)
 #: against an H200's ridge of ~206 (989 TFLOP/s over 4.8 TB/s): at full memory bandwidth they reach at most
-#: ~47% of peak, ~35% at the ~75% of bandwidth good kernels sustain; the rest of the step (norms, rotary,
+#: ~41% of peak, ~30% at the ~75% of bandwidth good kernels sustain; the rest of the step (norms, rotary,
 #: activations, attention with 32-wide heads: memory-bound, no counted FLOPs) takes about half its time even
-#: fused. ~0.15-0.2 is what this width allows; below 0.15, launches, syncs or recompiles are wasting the device.
+#: fused. ~0.15 is what this width allows; well below it, launches, syncs or recompiles waste the device.
 GOAL_MFU = 0.15
 GOAL_GRAPH_RATIO = 0.95
 GOAL_MAX_RECOMPILES = 4

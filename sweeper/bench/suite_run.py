@@ -378,7 +378,7 @@ def _judge_derived(cfg: SuiteConfig, report: Report, folder: Path, results: dict
     deepest = max(cfg.shapes, key=lambda s: (s.depth, s.stack))
     res = _result(report, cfg.shape_name(deepest))
     goal = (f"MFU >= {GOAL_MFU} at width {cfg.width}, depth {deepest.depth}, K={deepest.stack} (width-128 GEMMs are "
-            "memory-bound: ~0.15-0.2 is this width's ceiling, see sweeper.bench.suite.GOAL_MFU)")
+            "memory-bound: ~0.15 is what this width allows, see sweeper.bench.suite.GOAL_MFU)")
     if res is None:
         report.record("mfu", goal=goal, status="error", error=f"{cfg.shape_name(deepest)} did not finish")
     elif res["mfu"] is None:
