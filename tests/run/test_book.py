@@ -264,3 +264,29 @@ def test_prior_from_three_starts_the_first_three_sizes_at_once_and_the_rest_on_t
     waiting2, grids2 = first_grids(2)
     assert waiting2 == {"pre/L8/s0", "pre/L16/s0"}  # before: the third size waited for the first two
     assert grids2["pre/L8/s0"] != grids2["pre/L2/s0"]  # ... and started re-centred on their two-size law
+
+
+@pytest.mark.parametrize("order", [(0, 1, 2), (2, 1, 0), (1, 2, 0)])
+def test_with_prior_from_three_the_order_the_first_sizes_finish_in_changes_no_grid(order):
+    """48, 64 and 96 layers run side by side under `prior_from: 3`, so they finish in any order; the
+    deeper sizes still open on exactly their three optima (128 cannot start before them), so every cell
+    explores the same learning rates whichever finished first."""
+    def explored(order: tuple[int, ...]) -> dict[str, list[float]]:
+        b = book(model={"width": 32, "heads": 2, "depths": [2, 4, 8, 16, 32], "seq_len": 32},
+                 lr={"center": 3e-3, "points": 3, "refine": True, "prior": "extrapolate", "prior_from": 3})
+        for cid in b.cells:
+            b.refresh(cid)
+        first = ["pre/L2/s0", "pre/L4/s0", "pre/L8/s0"]
+        n = 0
+        while any(b.queue[c] for c in first):  # the first three sizes, round by round, in `order`
+            for i in order:
+                if b.queue[first[i]]:
+                    n += 1
+                    play(b, first[i], f"t{n}")
+        while (cid := b.next_cell()) is not None:
+            n += 1
+            play(b, cid, f"t{n}")
+        assert b.all_done()
+        return {cid: sorted(r.lr for r in pts.values()) for cid, pts in b.points.items()}
+
+    assert explored(order) == explored((0, 1, 2))
