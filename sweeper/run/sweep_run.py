@@ -26,7 +26,7 @@ from sweeper.run import weights
 from sweeper.run.recorder import Recorder
 from sweeper.run.tune_trials import LaunchStats, TuneTrials
 from sweeper.search.memory import DeviceMemory, auto_stack
-from sweeper.search.placement import gpu_request
+from sweeper.search.placement import gpu_request, is_lead
 from sweeper.search.planner import Cell, Plan
 from sweeper.tracking.core import Tracking
 from trials.spec import StepReport, TrialSpec
@@ -92,6 +92,7 @@ class SweepRun:
         self.fault: str | None = None  # why the ledger or the store could not be written (the sweep stops)
         self.messages: list[str] = []  # notable events for the live display
         self.pool_gpus = 0.0  # the Ray cluster's GPUs (set by the launch), for resources.placement
+        self.gpu_shares: dict[str, float] = {}  # live Tune trial -> the GPU share it asked for (this launch)
 
     @property
     def cells(self) -> dict[str, Cell]:
@@ -146,13 +147,18 @@ class SweepRun:
         self._record(changes)
         self.trials.assigned(tune_trial_id, pids)
         return TrialConfig(cell, [c.row.lr for c in changes], pids, self._export_dir(cid, tune_trial_id),
-                           export_best_only=not self.plan.config.export_weights, gpu=self.gpu_request(cell))
+                           export_best_only=not self.plan.config.export_weights,
+                           gpu=self.gpu_request(cell, tune_trial_id))
 
-    def gpu_request(self, cell: Cell) -> float | None:
+    def gpu_request(self, cell: Cell, tune_trial_id: str) -> float | None:
         """The GPU share a new trial of `cell` asks Ray for (`sweeper.search.placement`), None: the cell's own."""
         declared = float(cell.resources.get("GPU", 0.0))
-        wanted = len(self.trials.points) + sum(1 for q in self.book.queue.values() if q)
-        share = gpu_request(declared, wanted, self.pool_gpus, self.plan.config.resources.placement)
+        live = self.trials.points
+        wanted = len(live) + sum(1 for q in self.book.queue.values() if q)
+        leads = sum(1 for tid in live if tid != tune_trial_id and is_lead(self.gpu_shares.get(tid, 0.0)))
+        share = gpu_request(declared, wanted, self.pool_gpus, self.plan.config.resources.placement, leads)
+        self.gpu_shares = {tid: v for tid, v in self.gpu_shares.items() if tid in live}
+        self.gpu_shares[tune_trial_id] = share
         return share if share != declared else None
 
     def _export_dir(self, cid: str, tune_trial_id: str) -> str | None:
