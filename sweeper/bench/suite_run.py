@@ -289,7 +289,8 @@ def _run(cfg: SuiteConfig, report: Report, folder: Path, on_gpu: bool, address: 
     graphs = Check(f"graphs/L{base.depth}/K{base.stack}", "train", cfg.bench_params(base, cuda_graphs=True),
                    cfg.shape_timeout_s, f"tokens/s >= {GOAL_GRAPH_RATIO}x the same shape without CUDA graphs")
     _run_in_order(worker, [*shape_checks, graphs], deadline, report, on_gpu)
-    _judge_derived(cfg, report, folder, worker.results, on_gpu)
+    _judge_memory(cfg, report, folder, on_gpu)
+    _judge_throughput(cfg, report, on_gpu)
     _judge_graphs(report, graphs.name, cfg.shape_name(base), on_gpu)
 
     # 2. The sweep and the long trial, side by side (neither measures speed).
@@ -351,7 +352,33 @@ def _judge_graphs(report: Report, name: str, base: str, on_gpu: bool) -> None:
     report.record(name, status=_judge(ratio >= GOAL_GRAPH_RATIO, on_gpu), ratio_to_without=ratio)
 
 
-def _judge_derived(cfg: SuiteConfig, report: Report, folder: Path, results: dict[str, Any], on_gpu: bool) -> None:
+def _judge_memory(cfg: SuiteConfig, report: Report, folder: Path, on_gpu: bool) -> None:
+    # Peak memory of each shape against stack: auto's model.
+    rows: dict[str, Any] = {}
+    ok = True
+    try:
+        for shape in cfg.shapes:
+            res = _result(report, cfg.shape_name(shape))
+            cell = _cell_for(cfg, folder, depth=shape.depth, batch=shape.batch, micro_batch=shape.micro_batch,
+                             name=f"memory-L{shape.depth}")
+            predicted = predicted_trial_bytes(cell, shape.stack)
+            row: dict[str, Any] = {"predicted_bytes": predicted}
+            if res is not None:
+                row.update(res["memory"])
+                used = _footprint(res["memory"])
+                if used is not None:
+                    row["footprint_bytes"], row["ratio"] = used, used / predicted
+                    ok = ok and used <= predicted
+            rows[cfg.shape_name(shape)] = row
+    except Exception as exc:  # the planner refused a shape: that is this check's finding
+        report.record("memory_model", goal="peak memory <= stack: auto's prediction", status="error",
+                      error=f"{type(exc).__name__}: {exc}", shapes=rows)
+        return
+    report.record("memory_model", goal="peak memory (allocator peak + CUDA context) <= stack: auto's prediction",
+                  status=_judge(ok, on_gpu), shapes=rows)
+
+
+def _judge_throughput(cfg: SuiteConfig, report: Report, on_gpu: bool) -> None:
     # Stacked vs separate: K separate models train one after another, so together they reach one K=1 model's tokens/s.
     goal = f"K={max(s.stack for s in cfg.shapes)} stack >= {GOAL_STACK_SPEEDUP}x the tokens/s of as many separate models"
     speedups: dict[str, float] = {}
@@ -389,30 +416,6 @@ def _judge_derived(cfg: SuiteConfig, report: Report, folder: Path, results: dict
                       fraction_of_measured_peak=res["fraction_of_measured_peak"], device=res["device"],
                       gemm_flop_per_byte=res.get("gemm_flop_per_byte"),
                       gemm_roofline_fraction=res.get("gemm_roofline_fraction"))
-
-    # Peak memory of each shape against stack: auto's model.
-    rows: dict[str, Any] = {}
-    ok = True
-    try:
-        for shape in cfg.shapes:
-            res = _result(report, cfg.shape_name(shape))
-            cell = _cell_for(cfg, folder, depth=shape.depth, batch=shape.batch, micro_batch=shape.micro_batch,
-                             name=f"memory-L{shape.depth}")
-            predicted = predicted_trial_bytes(cell, shape.stack)
-            row: dict[str, Any] = {"predicted_bytes": predicted}
-            if res is not None:
-                row.update(res["memory"])
-                used = _footprint(res["memory"])
-                if used is not None:
-                    row["footprint_bytes"], row["ratio"] = used, used / predicted
-                    ok = ok and used <= predicted
-            rows[cfg.shape_name(shape)] = row
-    except Exception as exc:  # the planner refused a shape: that is this check's finding
-        report.record("memory_model", goal="peak memory <= stack: auto's prediction", status="error",
-                      error=f"{type(exc).__name__}: {exc}", shapes=rows)
-        return
-    report.record("memory_model", goal="peak memory (allocator peak + CUDA context) <= stack: auto's prediction",
-                  status=_judge(ok, on_gpu), shapes=rows)
 
 
 def _judge_long_trial(cfg: SuiteConfig, report: Report, folder: Path, check: Check, worker: Worker, on_gpu: bool) -> None:
