@@ -9,11 +9,12 @@ makes them wait for each other, and leaves GPUs empty.
 
 `spread` (the default) gives each GPU one *lead* trial while fewer trials want to run than the pool
 would pack, and lets the others follow at their declared share:
-- with at most as many trials wanted as the pool has GPUs, each asks for a whole GPU;
-- else, while fewer than one lead per GPU is running, a new trial asks for a lead share
-  `1 - ceil((wanted - gpus) / gpus) x f` (f its declared fraction): more than half a GPU, so no two
-  leads share a GPU, and room beside each lead for its share of the followers; when that share
-  would be half a GPU or less, the pool is full enough and it asks for f;
+- while fewer than one lead per GPU is running, a new trial asks for a lead share
+  `1 - max(1, ceil((wanted - gpus) / gpus)) x f` (f its declared fraction): more than half a GPU, so
+  no two leads share a GPU, with room beside each lead for its share of the followers and for one at
+  least (a lead never holds a whole GPU: a cell opening later starts beside it rather than waiting
+  for a GPU to empty); when that share would be half a GPU or less, the pool is full enough and it
+  asks for f;
 - every other trial asks for its declared f, and Ray's best fit puts it beside a lead.
 Trials are proposed longest work first, so the leads are the longest trials: every GPU keeps one
 until the work runs out, instead of the longest trials landing together on the first GPUs (which
@@ -42,11 +43,11 @@ def gpu_request(declared: float, wanted: int, pool_gpus: float, placement: str =
     if placement != "spread" or not 0 < declared < 1 or pool_gpus < 1 or wanted < 1:
         return declared
     gpus = math.floor(pool_gpus)
-    if wanted <= gpus:
-        return 1.0
     if leads >= gpus:
         return declared
-    followers_per_gpu = math.ceil((wanted - gpus) / gpus)
+    # room beside each lead for its share of the followers, and for one at least: a cell that opens
+    # later starts beside a lead instead of waiting for a GPU to empty
+    followers_per_gpu = max(1, math.ceil((wanted - gpus) / gpus))
     share = math.floor((1.0 - followers_per_gpu * declared) / RAY_UNIT) * RAY_UNIT
     return round(share, 4) if share > LEAD_ABOVE else declared
 

@@ -39,8 +39,10 @@ def test_spread_gives_every_gpu_one_lead_and_packs_the_rest_beside_them():
     assert shares(12, 8) == [0.875] * 8 + [0.125] * 4 and sorted(set(best_fit(shares(12, 8), 8))) == list(range(8))
 
 
-def test_spread_asks_whole_gpus_while_few_trials_want_the_pool_and_the_declared_share_once_it_is_full():
-    assert gpu_request(0.125, 8, 8) == 1.0 and gpu_request(0.125, 1, 8) == 1.0  # one trial, one GPU
+def test_spread_leaves_room_beside_a_lead_and_asks_the_declared_share_once_the_pool_is_full():
+    # few trials: one per GPU, each leaving room for one declared trial beside it (never a whole GPU)
+    assert gpu_request(0.125, 8, 8) == 0.875 and gpu_request(0.125, 1, 8) == 0.875
+    assert gpu_request(0.25, 3, 8) == 0.75 and gpu_request(0.5, 3, 8) == 0.5  # a half-GPU cell is never a lead
     assert gpu_request(0.125, 12, 8, leads=8) == 0.125  # every GPU has its lead: follow
     assert gpu_request(0.125, 40, 8) == 0.125 and gpu_request(0.125, 500, 8) == 0.125  # a lead would be <= 1/2
     assert gpu_request(0.5, 20, 8) == 0.5 and gpu_request(0.25, 12, 8) == 0.75
