@@ -242,7 +242,7 @@ def test_a_seeds_prior_comes_from_its_own_smaller_sizes_so_timing_never_changes_
 
 
 def test_prior_from_three_starts_the_first_three_sizes_at_once_and_the_rest_on_their_law():
-    """`lr.prior_from: 3` (depth.yaml): a size with fewer than three smaller sizes does not wait (the YAML's
+    """`lr.prior_from: 3`: a size with fewer than three smaller sizes does not wait (the YAML's
     grid), so the third size starts with the first two; the fourth waits for all three and gets a grid
     from their law. Every first grid is still a function of finished results alone."""
     def first_grids(prior_from: int) -> tuple[set[str], dict[str, list[float]]]:
@@ -268,8 +268,8 @@ def test_prior_from_three_starts_the_first_three_sizes_at_once_and_the_rest_on_t
 
 @pytest.mark.parametrize("order", [(0, 1, 2), (2, 1, 0), (1, 2, 0)])
 def test_with_prior_from_three_the_order_the_first_sizes_finish_in_changes_no_grid(order):
-    """48, 64 and 96 layers run side by side under `prior_from: 3`, so they finish in any order; the
-    deeper sizes still open on exactly their three optima (128 cannot start before them), so every cell
+    """The first three sizes run side by side under `prior_from: 3`, so they finish in any order; the
+    deeper sizes still open on exactly their three optima (the fourth cannot start before them), so every cell
     explores the same learning rates whichever finished first."""
     def explored(order: tuple[int, ...]) -> dict[str, list[float]]:
         b = book(model={"width": 32, "heads": 2, "depths": [2, 4, 8, 16, 32], "seq_len": 32},
