@@ -367,9 +367,10 @@ class Resources(Strict):
     placement: Literal["spread", "pack"] = Field(
         "spread",
         description=(
-            "trials asking for a GPU fraction: spread = while fewer trials want to run than the pool's GPUs could "
-            "pack, each asks Ray for 1/ceil(trials/GPUs) of a GPU (never less than `gpu`), so that Ray, which packs "
-            "fractions onto as few GPUs as it can, gives them separate GPUs; pack = always ask for `gpu`"
+            "trials asking for a GPU fraction: spread = while fewer trials want to run than the pool's GPUs would "
+            "pack, each GPU gets one lead trial (it asks Ray for more than half a GPU, leaving room for followers) "
+            "and the others ask for `gpu`, so that Ray, which packs fractions onto as few GPUs as it can, does not "
+            "stack the longest trials on one GPU; pack = always ask for `gpu`"
         ),
     )
 
