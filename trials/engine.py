@@ -32,6 +32,8 @@ rounding, tested), and each is a `train` setting:
   clipping, AdamW) is captured once in one CUDA graph after two warm-up steps and replayed: one
   launch per step instead of ~150 per layer. Needs the deferred sync (a per-step read would be
   the only thing left on the host) and static shapes; it is re-captured after the stack shrinks.
+  The capture runs with the data prefetcher paused and in thread-local capture mode, so the
+  prefetch thread's pinned-memory allocations cannot invalidate it (`DeviceStep._capture`).
 """
 
 from __future__ import annotations
@@ -56,6 +58,9 @@ from trials.optim import StackedAdamW
 
 CUDA_SYNC_EVERY = 16
 GRAPH_WARMUP_STEPS = 2
+#: `torch.cuda.graph`'s capture mode: CUDA calls made by other threads of the trial (the data prefetcher's
+#: pinned-memory allocations) do not invalidate the capture; only this thread's unsafe calls error
+GRAPH_CAPTURE_MODE = "thread_local"
 
 
 @dataclass(frozen=True)
@@ -195,6 +200,9 @@ class DeviceStep:
         self._graph: Any = None
         self._eager_steps = 0
         self._static: dict[str, Tensor] = {}
+        # Keeps the trial's other threads off CUDA during a capture: the data prefetcher's `paused`
+        # (set by the trainer once its batch stream exists).
+        self.quiet: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
 
     def reset(self, optimizer: FlatStackedAdamW | FlatStackedMuon, init_losses: list[float | None]) -> None:
         """After the stack changed (members dropped, a checkpoint restored): new buffers, new graph."""
@@ -254,13 +262,18 @@ class DeviceStep:
         return self._static["losses"].clone()
 
     def _capture(self, inputs: Tensor, targets: Tensor) -> None:
-        static_inputs, static_targets = inputs.clone(), targets.clone()
-        graph = torch.cuda.CUDAGraph()
-        torch.cuda.synchronize()
-        # The capture allocates the step's working set again, in the graph's private pool; the blocks the
-        # eager warm-up left cached would otherwise stay reserved beside it (twice the working set).
-        release_cached_memory(static_inputs.device)
-        with torch.cuda.graph(graph):
-            static_losses = self._body(static_inputs, static_targets, {})
+        """Capture one step. Another thread's CUDA call during a capture (the prefetch thread pinning a
+        batch: `cudaHostAlloc`, the host allocator's event queries) invalidates a capture in CUDA's
+        default global mode. So the prefetcher is paused for the capture (`quiet`), and the capture is
+        thread-local (`GRAPH_CAPTURE_MODE`): an unsafe call errors only when this thread makes it."""
+        with self.quiet():
+            static_inputs, static_targets = inputs.clone(), targets.clone()
+            graph = torch.cuda.CUDAGraph()
+            torch.cuda.synchronize()
+            # The capture allocates the step's working set again, in the graph's private pool; the blocks the
+            # eager warm-up left cached would otherwise stay reserved beside it (twice the working set).
+            release_cached_memory(static_inputs.device)
+            with torch.cuda.graph(graph, capture_error_mode=GRAPH_CAPTURE_MODE):
+                static_losses = self._body(static_inputs, static_targets, {})
         self._static = {"inputs": static_inputs, "targets": static_targets, "losses": static_losses}
         self._graph = graph

@@ -33,8 +33,8 @@ per process on a GPU
     the CUDA context (driver, cuBLAS/cuDNN workspaces, kernels): `CUDA_CONTEXT_BYTES`;
 and a fragmentation margin of `FRAGMENTATION` on everything the allocator holds.
 
-Measured peaks (`sweeper bench --device cuda`) are kept per shape in `measured_path()`; the planner
-prefers them to the formula.
+Measured peaks (`sweeper bench --device cuda`) are kept per GPU model and shape in `measured_path()`
+(`measured_key`); the planner prefers them to the formula on the same GPU model only.
 """
 
 from __future__ import annotations
@@ -191,11 +191,18 @@ def footprint(shape: TrialShape) -> Footprint:
 
 
 def shape_key(shape: TrialShape, scheme: str, compile: bool) -> str:
-    """The key of a shape's measured peaks: everything the memory depends on except the stack size."""
+    """The digest of a shape: everything a trial's memory depends on except the stack size and the device."""
     fields = asdict(shape)
     if not fields["params_muon"]:  # AdamW: the key it had before Muon existed (peaks measured then still apply)
         del fields["params_muon"]
     return digest(sorted(fields.items()), scheme, compile)
+
+
+def measured_key(device_model: str, shape: TrialShape, scheme: str, compile: bool) -> str:
+    """The key of a shape's measured peaks on one GPU model: `"<model as CUDA names it>|<shape_key>"`,
+    e.g. `"NVIDIA H200|3f9c..."`. A peak measured on an H200 is never an H100's; an entry of an
+    older cache (its key the bare shape digest) names no device and matches none."""
+    return f"{device_model.strip()}|{shape_key(shape, scheme, compile)}"
 
 
 def measured_path() -> Path:
@@ -204,7 +211,7 @@ def measured_path() -> Path:
 
 
 def load_measured(path: Path | None = None) -> dict[str, Any]:
-    """Shape key -> {"describe", "device", "device_total_bytes", "peaks": {str(k): bytes}}; {} when none."""
+    """`measured_key` -> {"describe", "device", "device_total_bytes", "peaks": {str(k): bytes}}; {} when none."""
     path = path or measured_path()
     try:
         data = json.loads(path.read_text())

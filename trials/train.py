@@ -149,6 +149,8 @@ class Trial:
                 self.source.train_stream(train.batch_size, cfg.seq_len, data_order_seed(spec.data.seed, spec.seed)),
                 convert=pinned_tensor if self.device.type == "cuda" else torch.from_numpy,
             )
+            if self.device_step is not None:
+                self.device_step.quiet = self.stream.paused  # no pinning from the prefetch thread during a capture
             self.eval_data = [
                 torch.from_numpy(b).to(self.device) for b in self.source.eval_batches(train.eval_batches, train.batch_size, cfg.seq_len)
             ]

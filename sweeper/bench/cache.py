@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeper.records.durable import write_json_atomic
-from sweeper.search.bench_cache import Measurement, Mode, Shape, cache_path, load
+from sweeper.search.bench_cache import Measurement, Mode, Shape, cache_path, cpu_model, load
 
 
 def record(measurement: Measurement, path: Path | None = None) -> Path:
@@ -26,7 +26,7 @@ def from_bench(result: dict[str, Any], command: str) -> Measurement:
     heads = s.get("heads") or max(1, int(s["width"]) // 32)
     machine = result.get("machine") or {}
     device = str(s["device"])
-    name = str(machine.get("gpu") or device)
+    name = str(machine.get("gpu") or (cpu_model() if device == "cpu" else device))
     return Measurement(
         shape=Shape(scheme=str(s["method"]), width=int(s["width"]), depth=int(s["depth"]), heads=int(heads),
                     seq_len=int(s["seq_len"]), vocab=int(s.get("vocab") or 256), micro_batch=s.get("micro_batch")),

@@ -45,7 +45,7 @@ from models import ModelConfig, count_params, flops_per_token
 from sweeper.bench.model import matmul_peak_gflops
 from trials.config import DataConfig, DivergenceConfig, TrainConfig
 from trials.errors import TrialInputError
-from trials.footprint import TrialShape, measured_path, record_measured, shape_key
+from trials.footprint import TrialShape, measured_key, measured_path, record_measured
 from trials.spec import TrialSpec
 from trials.train import Trial
 
@@ -226,8 +226,9 @@ def record_peak(settings: BenchSettings, device: torch.device, figures: dict[str
     free, total = torch.cuda.mem_get_info(device)
     figures["context_bytes"] = max(0, (total - free) - torch.cuda.memory_reserved(device))
     shape = trial_shape(settings)
-    record_measured(shape_key(shape, settings.method, settings.compile), settings.stack,
-                    figures["peak_reserved_bytes"] + figures["context_bytes"], device=torch.cuda.get_device_name(device),
+    name = torch.cuda.get_device_name(device)
+    record_measured(measured_key(name, shape, settings.method, settings.compile), settings.stack,
+                    figures["peak_reserved_bytes"] + figures["context_bytes"], device=name,
                     device_total_bytes=total,
                     describe=f"{settings.method} d{settings.width} L{settings.depth} V{settings.vocab} seq {settings.seq_len} "
                              f"micro {shape.micro_sequences} {settings.dtype}{' compiled' if settings.compile else ''}")

@@ -11,6 +11,8 @@ outlives its time and starts a new worker for the checks left, and judges the fi
 their goals (it also runs the checks that need the sweeper: the sweep, the memory model).
 
 Kinds:
+- `correctness`: one scheme's fast paths (compiled, CUDA graphs, both; on a CPU the deferred reads)
+  against its eager per-step run: same outcomes and divergence step, final losses within bf16 rounding;
 - `train`: `sweeper.bench.trial.run_bench` of one shape (bf16 compiled training with evaluations on
   CUDA): tokens/s, model FLOP/s against the device's nominal bf16 peak and against the matmul peak
   measured in the run, compile time, peak memory;
@@ -39,13 +41,17 @@ import torch
 
 from models import ModelConfig
 from sweeper.bench.trial import BenchSettings, memory, reset_memory_peak, run_bench
-from trials.config import DataConfig, OptimizerConfig, ScheduleConfig, TrainConfig
+from trials.config import DataConfig, DivergenceConfig, OptimizerConfig, ScheduleConfig, TrainConfig
 from trials.determinism import set_deterministic
 from trials.spec import TrialSpec
 from trials.train import Trial
 
 #: dense bf16 peaks (FLOP/s, no sparsity) by device name, for MFU
 NOMINAL_BF16_PEAK = {"H200": 989.4e12, "H100 PCIe": 756.0e12, "H100": 989.4e12, "A100": 312.0e12}
+#: memory bandwidth (bytes/s) by device name, for the GEMM roofline beside the MFU
+NOMINAL_BANDWIDTH = {"H200": 4.8e12, "H100 PCIe": 2.0e12, "H100": 3.35e12, "A100": 2.0e12}
+#: a fast path agrees with the eager per-step reference within this (absolute, on final losses)
+CORRECTNESS_TOLERANCE = {"bf16": 2e-2, "fp32": 1e-4}
 
 
 class Skipped(Exception):
@@ -66,6 +72,18 @@ def nominal_peak(device: torch.device) -> tuple[str, float | None]:
     return name, None
 
 
+def nominal_bandwidth(name: str) -> float | None:
+    return next((bw for key, bw in NOMINAL_BANDWIDTH.items() if key in name), None)
+
+
+def gemm_intensity(width: int, hidden: int) -> float:
+    """FLOP per byte of a block's GEMMs in bf16 with many tokens, weighted by their FLOPs: a [T, d] x [d, n]
+    product does 2 T d n FLOPs over 2 T (d + n) bytes of activations read and written (the weights are
+    small beside them), d n / (d + n) per byte; q, k, v, o are d x d, the SwiGLU's three d x hidden."""
+    attention, mlp = 4 * width * width, 3 * width * hidden
+    return (attention * width * width / (2 * width) + mlp * width * hidden / (width + hidden)) / (attention + mlp)
+
+
 def check_train(params: dict[str, Any]) -> dict[str, Any]:
     settings = BenchSettings(**params)
     if settings.cuda_graphs and not torch.cuda.is_available():
@@ -80,13 +98,55 @@ def check_train(params: dict[str, Any]) -> dict[str, Any]:
         "model_flops_per_s": run["model_flops_per_s"], "flops_per_token": result["counting"]["flops_per_token"],
         "matmul_peak_flops_per_s": result["matmul_peak_gflops"] * 1e9, "fraction_of_measured_peak": run["fraction_of_peak"],
         "nominal_peak_flops_per_s": peak, "mfu": run["model_flops_per_s"] / peak if peak else None,
+        "gemm_flop_per_byte": gemm_intensity(settings.width, settings.model().hidden),
         "compile_s": result["compile_s"], "build_s": result["build_s"], "warmup_step_s": result["warmup_step_s"],
         "evaluation": result["evaluation"], "memory": result["memory"],
     }
     if device.type == "cuda":  # the whole process on the device: context and allocator, beside its tensors
         free, total = torch.cuda.mem_get_info(device)
         out["memory"]["context_bytes"] = max(0, (total - free) - torch.cuda.memory_reserved(device))
+        bandwidth = nominal_bandwidth(name)
+        if peak and bandwidth:  # the most the GEMMs could reach at full memory bandwidth (the roofline)
+            out["gemm_roofline_fraction"] = min(1.0, out["gemm_flop_per_byte"] * bandwidth / peak)
     return out
+
+
+def _correctness_spec(params: dict[str, Any], **train: Any) -> TrialSpec:
+    model = ModelConfig(scheme=params["scheme"], width=params.get("width", 128), depth=params.get("depth", 2),
+                        n_heads=params.get("heads", 4), vocab=params.get("vocab", 256), seq_len=params.get("seq_len", 64))
+    recipe = {"steps": params.get("steps", 12), "batch_size": params.get("batch", 8), "eval_every": params.get("steps", 12),
+              "eval_batches": 2, "report_every": params.get("steps", 12), "checkpoint_every": 10**6,
+              "device": params["device"], "dtype": params.get("dtype", "fp32"), "schedule": ScheduleConfig(warmup=3),
+              "optimizer": OptimizerConfig(grad_clip=1.0), **train}
+    data = DataConfig(source="synthetic", synthetic_vocab=model.vocab, synthetic_tokens=65536)
+    # the middle learning rate diverges: the fast paths must drop it at the same step (a graph is re-captured)
+    return TrialSpec(model=model, train=TrainConfig(**recipe), data=data, lrs=[2e-3, 60.0, 2e-2], seed=3,
+                     divergence=DivergenceConfig(stall_margin=None))
+
+
+def check_correctness(params: dict[str, Any]) -> dict[str, Any]:
+    """One scheme's fast paths against its eager per-step reference: the same outcomes, the same divergence
+    step, final losses within `CORRECTNESS_TOLERANCE` (bf16 rounding on CUDA). `params["paths"]`: the
+    paths to compare, each a dict of train settings (e.g. {"compile": true, "cuda_graphs": true})."""
+    reference = Trial(_correctness_spec(params, sync_every=1)).run()
+    tolerance = CORRECTNESS_TOLERANCE.get(params.get("dtype", "fp32"), 2e-2)
+    paths: dict[str, Any] = {}
+    for options in params["paths"]:
+        label = "+".join(k for k, v in sorted(options.items()) if v is True) or "deferred"
+        if options.get("cuda_graphs") and not torch.cuda.is_available():
+            raise Skipped("CUDA graphs need a CUDA device")
+        fast = Trial(_correctness_spec(params, **options)).run()
+        diffs = [abs(a.loss - b.loss) for a, b in zip(reference, fast) if a.loss is not None and b.loss is not None]
+        same = ([r.outcome for r in fast] == [r.outcome for r in reference]
+                and [r.diverged_step for r in fast] == [r.diverged_step for r in reference]
+                and all(d <= tolerance for d in diffs))
+        paths[label] = {"agrees": same, "max_abs_loss_diff": max(diffs) if diffs else None,
+                        "outcomes": [r.outcome for r in fast], "diverged_steps": [r.diverged_step for r in fast]}
+        if options.get("compile"):
+            torch._dynamo.reset()  # the next scheme compiles its own blocks
+    return {"scheme": params["scheme"], "tolerance": tolerance, "reference_outcomes": [r.outcome for r in reference],
+            "reference_losses": [r.loss for r in reference], "paths": paths,
+            "agrees": all(p["agrees"] for p in paths.values())}
 
 
 def _determinism_spec(params: dict[str, Any]) -> TrialSpec:
@@ -174,6 +234,7 @@ def check_long_trial(params: dict[str, Any]) -> dict[str, Any]:
 
 CHECKS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "train": check_train, "determinism": check_determinism, "long_trial": check_long_trial,
+    "correctness": check_correctness,
 }
 
 

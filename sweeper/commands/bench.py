@@ -92,7 +92,8 @@ def register(subparsers: Any) -> None:
     suite.add_argument("--quick", action="store_true", help="with --suite: the same checks at small shapes (e.g. --device cpu)")
     suite.add_argument("--out", help="with --suite: write the JSON here after every check (partial results survive a kill)")
     suite.add_argument("--budget", type=float, default=None,
-                       help="with --suite: seconds the whole suite may take (default 480, quick 900)")
+                       help="with --suite: seconds the whole suite may take (default 900, quick 900); the checks run in "
+                            "their order of value (correctness, memory, throughput) and what no longer fits is skipped")
     suite.add_argument("--address", help="with --suite: the Ray cluster the sweep check joins (default: a local Ray)")
     p.set_defaults(func=run)
     register_modes(p)

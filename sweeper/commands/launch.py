@@ -204,6 +204,12 @@ def print_summary(summary: Any, console: Any) -> None:
             f"({100 * (sim.get('saturated_fraction_of_wall') or 0):.0f}% of the time)", style="bold"),
             highlight=False,
         )
+        if sim.get("gpu_busy_fraction_first_day") is not None:
+            console.print(
+                f"devices busy (a trial on the GPU): {100 * sim['gpu_busy_fraction_first_day']:.1f}% of the first "
+                f"{sim['first_day_hours']:.3g} simulated hours, {100 * sim['gpu_busy_fraction']:.1f}% of "
+                f"{sim['busy_log_hours']:.4g}; compute in use {100 * sim['gpu_compute_fraction_first_day']:.1f}% and "
+                f"{100 * sim['gpu_compute_fraction']:.1f}% (sweeper.sim.devices)", highlight=False)
     failed = {k: v for k, v in summary.counts.items() if k in ("diverged", "stalled") and v}
     if failed:
         console.print(f"{sum(failed.values())} cell(s) found no usable learning rate (every point diverged or "
@@ -224,8 +230,14 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any, memory
     from sweeper.search.memory import describe
 
     device, measured_peaks, host = memory if memory is not None else (None, None, _host_memory())
+    gpu_model = device.model if device is not None else plan.config.resources.gpu_model
+    if gpu_model is None and any(c.resources.get("GPU") for c in plan.cells):
+        from sweeper.run.machine import local_gpu  # (see `run`): nvidia-smi, for GPU sweeps only
+
+        gpu_model = (local_gpu() or (0, None))[1]
     costs = cost_plan(plan, bench_cache.load(), gpu_throughput=throughput, cpu_throughput=cpu_throughput, pool=pool,
-                      host_memory=host, device=device, measured=measured_peaks)
+                      host_memory=host, device=device, measured=measured_peaks, gpu_model=gpu_model,
+                      cpu_model=bench_cache.cpu_model())
     rows = []
     for c in costs.cells:
         cell, grid = c.cell, c.grid
@@ -310,7 +322,7 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any, memory
         commands = costs.missing_commands()
         console.print(
             f"† {len(costs.cells) - measured} of {len(costs.cells)} cells at an assumed {' and '.join(rates)}: no "
-            f"`sweeper bench` figure for their shape on this device kind; measure with e.g. `{commands[0]}`"
+            f"`sweeper bench` figure for their shape on this device model; measure with e.g. `{commands[0]}`"
             + (f" ({len(commands)} shapes)" if len(commands) > 1 else ""),
             highlight=False,
         )

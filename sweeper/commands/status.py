@@ -69,7 +69,13 @@ def run(args: argparse.Namespace) -> int:
 
         rows = cell_rows(args.dir)
         entropy = manifest.unigram_entropy
-        print(json.dumps({"name": manifest.name, "dir": str(args.dir), "simulated": manifest.is_simulated,
+        busy = {}
+        if manifest.is_simulated:
+            from sweeper.sim.devices import busy_figures  # a simulated sweep's busy log
+
+            pool = float((manifest.simulated.pool or {}).get("gpus") or 0)  # type: ignore[union-attr]
+            busy = busy_figures(args.dir, pool) or {}
+        print(json.dumps({"name": manifest.name, "dir": str(args.dir), "simulated": manifest.is_simulated, **busy,
                           "unigram_entropy": entropy.to_json() if entropy is not None else None,
                           "stall_margin": manifest.stall_margin, "cells": rows}, indent=2, default=str))
         return 0

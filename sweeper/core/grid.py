@@ -47,6 +47,7 @@ class LRPolicy:
     vertex_first: bool = False
     failed_neighbour: Literal["skip", "half_step"] = "skip"
     fixed: float | None = None  # a fixed recipe: this one learning rate, no search (see `decide`)
+    prior_from: int = 2  # prior: extrapolate: the fewest smaller sizes a size's first grid waits for (see prior.py)
 
     def __post_init__(self) -> None:
         if not 0 < self.lo < self.hi:
@@ -63,6 +64,8 @@ class LRPolicy:
             raise ValueError(f"refine_min_gain must lie in [0, 1) (got {self.refine_min_gain})")
         if self.fixed is not None and not self.lo <= self.fixed <= self.hi:
             raise ValueError(f"the fixed learning rate {self.fixed:g} lies outside the bounds [{self.lo:g}, {self.hi:g}]")
+        if self.prior_from < 2:
+            raise ValueError(f"prior_from must be at least 2 (a law needs two sizes; got {self.prior_from})")
         if self.failed_neighbour not in ("skip", "half_step"):
             raise ValueError(f"failed_neighbour must be 'skip' or 'half_step' (got {self.failed_neighbour!r})")
 

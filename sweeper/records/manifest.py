@@ -101,6 +101,13 @@ class LaunchSimulation(SimulatedEntry):
     peak_gpus_in_use: Number | None = None
     simulated_gpu_hours: Number | None = None
     simulated_wall_hours: Number | None = None
+    gpu_busy_fraction_first_day: Number | None = None  # a trial on the device (`sweeper.sim.devices.busy_figures`)
+    gpu_compute_fraction_first_day: Number | None = None
+    first_day_hours: Number | None = None
+    gpu_busy_fraction: Number | None = None
+    gpu_compute_fraction: Number | None = None
+    busy_log_hours: Number | None = None
+    devices_used: Int | None = None
 
 
 class Launch(Record):

@@ -19,7 +19,8 @@ Order of work (nothing is written until every check has passed), one step a line
 
 With a `Simulation` (`--simulate`), the same script runs on a virtual pool with simulated trials
 (`sweeper.sim.simulation`): no corpus is opened, the directory is marked simulated, and the
-summary adds the pool's GPU-slot utilisation and the simulated GPU-hours and wall time.
+summary adds the pool's GPU-slot utilisation, how busy its devices were (the first simulated day
+and the whole run) and the simulated GPU-hours and wall time.
 """
 
 from __future__ import annotations
@@ -190,12 +191,14 @@ def _launch_locked(plan: Plan, old_manifest: Manifest | None, corpus: str | None
         if simulation is not None:
             from sweeper.sim.trial import simulated_trainable  # only a simulation runs it
 
+            simulation.prepare(plan.sweep_dir)
             session.use_trainable(simulated_trainable, simulation=simulation.payload(plan))
             device, measured, host = DeviceMemory(int(pool.gpu_memory_gb * 2**30), "the simulated pool"), {}, host_memory()
         else:
-            device, measured, host = memory_inputs(plan.config.resources.gpu_memory_gb)
+            device, measured, host = memory_inputs(plan.config.resources.gpu_memory_gb, plan.config.resources.gpu_model)
         sweep = SweepRun(plan, ledger, store, concurrency=session.concurrency, host_memory=host, device=device,
                          measured=measured, tracking=tracking, storage=storage)
+        sweep.pool_gpus = session.pool_gpus
         if tracking is not None:
             tracking.warn = sweep.messages.append  # later warnings go to the live display
         sweep.expected_corpus = manifest.corpus
@@ -238,7 +241,8 @@ def _launch_locked(plan: Plan, old_manifest: Manifest | None, corpus: str | None
         points_finished=sweep.stats.points_finished, counts=status_counts(rows), resumed=counts,
         interrupted=interrupted, experiment=session.experiment, restored=session.restored,
         messages=list(sweep.messages), trial_alive_seconds=sweep.stats.alive_seconds,
-        simulation=({**simulation.manifest_entry(), **probe.figures(simulation.surface.time_compression)}
+        simulation=({**simulation.manifest_entry(), **probe.figures(simulation.surface.time_compression),
+                     **simulation.busy_figures(plan.sweep_dir)}
                     if simulation is not None and probe is not None else None),
         driver_cpu_seconds=driver_cpu() - cpu_at_start, reports=sweep.stats.reports,
         tune_snapshots=sweep.stats.tune_snapshots, infra_faults=dict(sweep.stats.infra_faults), storage=storage.uri,

@@ -45,11 +45,13 @@ def local_gpu() -> tuple[int, str] | None:
     return min(gpus) if gpus else None
 
 
-def memory_inputs(gpu_memory_gb: float | None) -> tuple[DeviceMemory, Mapping[str, Any], int | None]:
-    """(the GPU's memory, `sweeper bench`'s measured peaks, the host's memory) for `stack: auto`."""
+def memory_inputs(gpu_memory_gb: float | None,
+                  gpu_model: str | None = None) -> tuple[DeviceMemory, Mapping[str, Any], int | None]:
+    """(the GPU's memory and model, `sweeper bench`'s measured peaks, the host's memory) for `stack: auto`.
+    The model is `gpu_model` (the YAML's), else this machine's GPU's: measured peaks of that model only."""
     measured = load_measured()
-    detected = None if gpu_memory_gb or measured else local_gpu()
-    return device_memory(gpu_memory_gb, measured, detected), measured, host_memory()
+    detected = None if gpu_memory_gb and gpu_model else local_gpu()
+    return device_memory(gpu_memory_gb, measured, detected, gpu_model), measured, host_memory()
 
 
 def checked_memory(plan: Any) -> tuple[DeviceMemory, Mapping[str, Any], int | None] | None:
@@ -58,7 +60,7 @@ def checked_memory(plan: Any) -> tuple[DeviceMemory, Mapping[str, Any], int | No
     `launch --dry-run` and `validate` all ask this, so a file that validates plans."""
     if plan.config.stack != "auto":
         return None
-    memory = memory_inputs(plan.config.resources.gpu_memory_gb)
+    memory = memory_inputs(plan.config.resources.gpu_memory_gb, plan.config.resources.gpu_model)
     device, measured, host = memory
     check_fits(plan.cells, device=device, host_memory_bytes=host, measured=measured)
     return memory

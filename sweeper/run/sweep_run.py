@@ -26,6 +26,7 @@ from sweeper.run.recorder import Recorder
 from sweeper.run.storage import exports_path, kept_path, staging_path, sweep_storage
 from sweeper.run.tune_trials import LaunchStats, TuneTrials
 from sweeper.search.memory import DeviceMemory, auto_stack
+from sweeper.search.placement import gpu_request, is_lead
 from sweeper.search.planner import Cell, Plan
 from sweeper.tracking.core import Tracking
 from trials.infra import InfraFault, kind_of_text
@@ -55,6 +56,7 @@ class TrialConfig:
     micro_batch: int | None = None  # since a one-point stack of the cell ran out of memory (a non-result setting)
     storage: Storage | None = None  # the sweep's storage (exports and shared caches go there)
     scratch: str | None = None  # `ray.scratch`: the nodes' local scratch folder
+    gpu: float | None = None  # the GPU share asked of Ray when it differs from the cell's (resources.placement)
 
     def to_tune(self) -> dict[str, Any]:
         """The Ray Tune config: the trial spec plus what the sweeper's adapters read back."""
@@ -62,7 +64,8 @@ class TrialConfig:
         train = cell.train if self.micro_batch is None else cell.train.model_copy(update={"micro_batch": self.micro_batch})
         spec = TrialSpec(model=cell.model, train=train, data=cell.data, divergence=cell.divergence,
                          lrs=list(self.lrs), seed=cell.seed, point_ids=list(self.point_ids))
-        config: dict[str, Any] = {"spec": spec.to_dict(), "cell_id": cell.cell_id, "resources": dict(cell.resources)}
+        resources = dict(cell.resources) if self.gpu is None else {**cell.resources, "GPU": self.gpu}
+        config: dict[str, Any] = {"spec": spec.to_dict(), "cell_id": cell.cell_id, "resources": resources}
         if self.storage is not None:
             config["storage"] = self.storage.to_dict()
         if self.scratch is not None:
@@ -100,6 +103,8 @@ class SweepRun:
         self.stopping = False
         self.fault: str | None = None  # why the ledger or the store could not be written (the sweep stops)
         self.messages: list[str] = []  # notable events for the live display
+        self.pool_gpus = 0.0  # the Ray cluster's GPUs (set by the launch), for resources.placement
+        self.gpu_shares: dict[str, float] = {}  # live Tune trial -> the GPU share it asked for (this launch)
 
     @property
     def cells(self) -> dict[str, Cell]:
@@ -157,7 +162,19 @@ class SweepRun:
         return TrialConfig(cell, [c.row.lr for c in changes], pids, self._export_dir(cid, tune_trial_id),
                            export_best_only=not self.plan.config.export_weights,
                            micro_batch=self.book.micro_batch.get(cid), storage=self.storage,
-                           scratch=self.plan.config.ray.scratch)
+                           scratch=self.plan.config.ray.scratch,
+                           gpu=self.gpu_request(cell, tune_trial_id))
+
+    def gpu_request(self, cell: Cell, tune_trial_id: str) -> float | None:
+        """The GPU share a new trial of `cell` asks Ray for (`sweeper.search.placement`), None: the cell's own."""
+        declared = float(cell.resources.get("GPU", 0.0))
+        live = self.trials.points
+        wanted = len(live) + sum(1 for q in self.book.queue.values() if q)
+        leads = sum(1 for tid in live if tid != tune_trial_id and is_lead(self.gpu_shares.get(tid, 0.0)))
+        share = gpu_request(declared, wanted, self.pool_gpus, self.plan.config.resources.placement, leads)
+        self.gpu_shares = {tid: v for tid, v in self.gpu_shares.items() if tid in live}
+        self.gpu_shares[tune_trial_id] = share
+        return share if share != declared else None
 
     def _export_dir(self, cid: str, tune_trial_id: str) -> str | None:
         """Where in the storage the trial writes its members' final weights: exports/ (all kept) or a

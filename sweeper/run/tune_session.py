@@ -434,6 +434,11 @@ class TuneSession:
     def restored(self) -> bool:
         return bool(self.claimed)
 
+    @property
+    def pool_gpus(self) -> float:
+        """The GPUs of the Ray cluster (or virtual pool) the trials run on."""
+        return float(ray.cluster_resources().get("GPU", 0.0))
+
     def use_trainable(self, trainable: Callable[..., None], **parameters: Any) -> None:
         """Run `trainable` in the Tune trials (the simulated trial), its large arguments put in Ray's object store."""
         self.trainable = tune.with_parameters(trainable, **parameters) if parameters else trainable

@@ -7,9 +7,12 @@ bench` command would measure it.
 
 The cache is one JSON file: `$LAYERROPE_SWEEPER_BENCH_CACHE`, else
 `~/.cache/layerrope-sweeper/bench.json`. An entry's key is the shape (scheme, width, depth,
-heads, sequence length, vocabulary, micro-batch, stack), the device (`cpu`, or the GPU's name)
-and the execution mode (dtype, compile, CUDA graphs, fused loss, threads); the newest
-measurement of a key replaces the older one. Standard library only.
+heads, sequence length, vocabulary, micro-batch, stack), the device model (`device_name`: the GPU
+as CUDA names it, e.g. `NVIDIA H200`, or `cpu:<the CPU's model name>`) and the execution mode
+(device kind, dtype, compile; threads); the newest measurement of a key replaces the older one.
+A lookup names the model it plans for and takes that model's entries only: a rate measured on an
+H200 never costs an H100's trials, and an entry of an older cache whose CPU entries say only
+`cpu` matches no model (it is not reused; measure again). Standard library only.
 
 This module is the cache's format and its reader (the cost plan reads it); `sweeper.bench.cache`
 writes it (`sweeper bench` is the only writer).
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -52,7 +56,7 @@ class Mode:
 class Measurement:
     shape: Shape
     mode: Mode
-    device_name: str
+    device_name: str  # the device model: the GPU's name, or `cpu_model()`
     stack: int
     model_flops_per_s: float  # summed over the stack's members (models.counting.flops_per_token per token)
     threads: int | None
@@ -79,9 +83,29 @@ def load(path: Path | None = None) -> list[Measurement]:
         return []
 
 
-def lookup(shape: Shape, mode: Mode, stack: int, measurements: list[Measurement]) -> Measurement | None:
-    """The measurement of this shape in this mode (`mode.device`: cpu or cuda), the nearest stack; None if none."""
-    found = [m for m in measurements if m.shape == shape and m.mode == mode]
+def cpu_model() -> str:
+    """This machine's CPU as a device model: `cpu:<model name>` (Linux's /proc/cpuinfo, else the
+    platform's processor string), or `cpu` when the model cannot be read."""
+    name = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "Model", "Hardware") and value.strip():
+                name = value.strip()
+                break
+    except OSError:
+        pass
+    name = name or platform.processor() or ""
+    return f"cpu:{' '.join(name.split())}" if name.strip() else "cpu"
+
+
+def lookup(shape: Shape, mode: Mode, stack: int, measurements: list[Measurement],
+           model: str | None = None) -> Measurement | None:
+    """The measurement of this shape in this mode (`mode.device`: cpu or cuda) on device `model` (a GPU's
+    name, or `cpu_model()`), the nearest stack; None if none, and always when the model is unknown."""
+    if not model or model == "cpu":
+        return None
+    found = [m for m in measurements if m.shape == shape and m.mode == mode and m.device_name.strip() == model.strip()]
     if not found:
         return None
     return min(found, key=lambda m: (abs(m.stack - stack), -m.measured_at))

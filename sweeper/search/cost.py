@@ -118,7 +118,10 @@ def shape_of(cell: Cell) -> tuple[Shape, Mode]:
 def cost_plan(plan: Plan, measurements: list[Measurement], *, gpu_throughput: float = DEFAULT_GPU_THROUGHPUT,
               cpu_throughput: float = DEFAULT_CPU_THROUGHPUT, pool: float | None = None,
               host_memory: int | None = None, device: DeviceMemory | None = None,
-              measured: Mapping[str, Any] | None = None) -> CostPlan:
+              measured: Mapping[str, Any] | None = None, gpu_model: str | None = None,
+              cpu_model: str | None = None) -> CostPlan:
+    """The plan's cost; `gpu_model` / `cpu_model`: the device models the trials run on (measured rates of
+    those models only: `sweeper.search.bench_cache.lookup`)."""
     cfg = plan.config
     gpu_sweep = any(c.resources.get("GPU") for c in plan.cells)
     if pool is None:
@@ -133,7 +136,7 @@ def cost_plan(plan: Plan, measurements: list[Measurement], *, gpu_throughput: fl
         else:
             stack = max(1, min(int(cfg.stack), len(grid)))
         shape, mode = shape_of(cell)
-        measured = lookup(shape, mode, stack, measurements)
+        measured = lookup(shape, mode, stack, measurements, gpu_model if mode.device == "cuda" else cpu_model)
         gpu = float(cell.resources.get("GPU") or 0.0)
         cpus = float(cell.resources.get("CPU") or 1.0)
         if gpu > 0:

@@ -4,7 +4,9 @@ cannot fit even one.
 The terms of a trial's memory are `trials.footprint`'s (weights and Adam state, activations of one
 micro-batch, autocast's bf16 copies, the fused loss's chunk, the CUDA-graph pool, evaluation, the
 CUDA context, a fragmentation margin). Peaks measured by `sweeper bench --device cuda` for the same
-shape (`trials.footprint.measured_path()`) replace the formula where they exist.
+shape on the same GPU model (`trials.footprint.measured_key`: the model as CUDA names it, e.g. "NVIDIA
+H200"; the trials' model is `resources.gpu_model`, else the launching machine's GPU) replace the formula
+where they exist; on an unknown model, or another one, the formula is used.
 
 The budget of one trial is, in order: the trial's `resources.memory_gb`; on a GPU, the device's memory
 × the trial's GPU fraction (every process sharing a GPU has its own CUDA context, counted in the
@@ -24,7 +26,7 @@ from typing import Any
 from models.counting import count_params
 from models.family import get_family
 from sweeper.core.errors import UserError
-from trials.footprint import Footprint, TrialShape, footprint, measured_stack_bytes, shape_key
+from trials.footprint import Footprint, TrialShape, footprint, measured_key, measured_stack_bytes
 
 GiB = 2**30
 #: a driver that cannot see the trials' GPU and was told nothing: an 80 GB device (A100/H100), the smaller
@@ -36,28 +38,33 @@ DEFAULT_CPU_BYTES = 4 * GiB
 
 @dataclass(frozen=True)
 class DeviceMemory:
-    """One GPU's memory and where the figure came from."""
+    """One GPU's memory, where the figure came from, and the GPU model (None: unknown) whose
+    `sweeper bench` measurements apply."""
 
     total_bytes: int
     source: str
+    model: str | None = None
 
     def describe(self) -> str:
         return f"{self.total_bytes / GiB:.1f} GiB per GPU ({self.source})"
 
 
 def device_memory(gpu_memory_gb: float | None, measured: Mapping[str, Any] | None = None,
-                  detected: tuple[int, str] | None = None) -> DeviceMemory:
-    """The GPU's memory: the YAML's, else a `sweeper bench` measurement's, else the local GPU's, else the default."""
+                  detected: tuple[int, str] | None = None, model: str | None = None) -> DeviceMemory:
+    """The GPU's memory: the YAML's, else a `sweeper bench` measurement's of the trials' GPU model, else the
+    local GPU's, else the default. The model: `model` (the YAML's `resources.gpu_model`), else the local
+    GPU's name; a measurement of another model, or of none (an older cache), never sizes these trials."""
+    model = (model or (detected[1] if detected is not None else None) or "").strip() or None
     if gpu_memory_gb:
-        return DeviceMemory(int(gpu_memory_gb * GiB), "resources.gpu_memory_gb")
-    totals = sorted({(int(e["device_total_bytes"]), str(e.get("device", "?"))) for e in (measured or {}).values()
-                     if isinstance(e, Mapping) and e.get("device_total_bytes")})
+        return DeviceMemory(int(gpu_memory_gb * GiB), "resources.gpu_memory_gb", model)
+    totals = sorted({int(e["device_total_bytes"]) for e in (measured or {}).values()
+                     if isinstance(e, Mapping) and e.get("device_total_bytes") and model is not None
+                     and str(e.get("device", "")).strip() == model})
     if totals:
-        total, name = totals[0]  # the smallest device measured here
-        return DeviceMemory(total, f"measured by sweeper bench on {name}")
-    if detected is not None:
-        return DeviceMemory(int(detected[0]), f"this machine's {detected[1]}")
-    return DeviceMemory(DEFAULT_GPU_BYTES, "default: no GPU seen here; set resources.gpu_memory_gb")
+        return DeviceMemory(totals[0], f"measured by sweeper bench on {model}", model)
+    if detected is not None and detected[1].strip() == (model or detected[1].strip()):
+        return DeviceMemory(int(detected[0]), f"this machine's {detected[1]}", model)
+    return DeviceMemory(DEFAULT_GPU_BYTES, "default: no GPU seen here; set resources.gpu_memory_gb", model)
 
 
 def on_gpu(cell: Any) -> bool:
@@ -133,8 +140,9 @@ def estimate(cell: Any, *, device: DeviceMemory | None = None, host_memory_bytes
     shape = cell_shape(cell, micro_batch)
     budget, source = budget_of(cell, device, host_memory_bytes, concurrency)
     entry = None
-    if measured and shape.cuda:
-        entry = measured.get(shape_key(shape, cell.model.scheme, bool(cell.train.compile)))
+    model = device.model if device is not None else None
+    if measured and shape.cuda and model:
+        entry = measured.get(measured_key(model, shape, cell.model.scheme, bool(cell.train.compile)))
     return Estimate(footprint(shape), budget, source, entry if isinstance(entry, Mapping) else None)
 
 

@@ -40,8 +40,9 @@ def first_grid(cell_id: str, x: float, policy: LRPolicy, prior: str,
     """The first grid of a cell at size `x`; `smaller`: (x, decision) of the method's smaller cells.
 
     A size waits for every smaller size, or for three of them (enough for an interval that can
-    narrow the grid); with fewer than two smaller sizes there is no law and the YAML's grid is used."""
-    if policy.fixed is not None or prior != "extrapolate" or len({sx for sx, _ in smaller}) < 2:
+    narrow the grid); with fewer than `policy.prior_from` smaller sizes (at least two: a law needs
+    two) it does not wait and starts from the YAML's grid."""
+    if policy.fixed is not None or prior != "extrapolate" or len({sx for sx, _ in smaller}) < policy.prior_from:
         return FirstGrid(initial_grid(policy))
     done = [(sx, d) for sx, d in smaller if d is not None and d.done]
     known = [(sx, lr) for sx, d in done if (lr := bracketed_optimum(d)) is not None]

@@ -9,7 +9,8 @@ at its best LR (the planted, noise-free loss there over the planted optimum E + 
 method read from a recorded table, the table's loss there over the group's recorded best) and the
 distance of its best LR from lr*(x) in factor-2 steps, the share within `--band` percent, whether each method's 95% intervals of α and of the LR
 exponent cover the planted values, the launches' simulated GPU-hours, wall time and GPU-slot
-utilisation, and the ledger's and store's size (`check`). With `--timings`, how long `sweeper status`,
+utilisation, the devices' busy and compute fractions (`sweeper.sim.devices`), and the ledger's and
+store's size (`check`). With `--timings`, how long `sweeper status`,
 `optima`, `fit` and the dashboard's first payload take on the directory (`sweeper.bench.readers`: it
 times the dashboard, which the simulation wing sits below).
 """
@@ -29,6 +30,7 @@ from sweeper.core.errors import UserError
 from sweeper.records.manifest import read_manifest
 from sweeper.records.results import optima
 from sweeper.records.store import load_points
+from sweeper.sim.devices import busy_figures
 from sweeper.sim.simulation import load_surface
 
 
@@ -111,6 +113,7 @@ def check(sweep_dir: str, band: float = 0.25, surface_path: str | None = None) -
                       "saturated_fraction_of_wall": s.saturated_fraction_of_wall,
                       "simulated_gpu_hours": s.simulated_gpu_hours, "simulated_wall_hours": s.simulated_wall_hours,
                       "pool_gpus": s.pool_gpus, "time_compression": s.time_compression} for s in sims],
+        "devices": busy_figures(sweep_dir, float(((manifest.simulated.pool if manifest.simulated else None) or {}).get("gpus") or 0)),
         "wall_seconds": [launch.wall_seconds for launch in launches],
         "trials": [launch.trials for launch in launches],
         "ledger_bytes": (Path(sweep_dir) / "ledger.db").stat().st_size if (Path(sweep_dir) / "ledger.db").exists() else 0,

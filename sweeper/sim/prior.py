@@ -101,7 +101,7 @@ def simulate_method(policy: LRPolicy, depths: Sequence[float], lands: Sequence[L
     for i, (depth, land) in enumerate(zip(depths, lands)):
         had_interval = interval_covers = False
         grid = initial_grid(policy)
-        if extrapolate and len({x for x, _ in known}) >= 2:
+        if extrapolate and i >= policy.prior_from and len({x for x, _ in known}) >= 2:
             pred = predict_optimal_lr([x for x, _ in known], [lr for _, lr in known], depth,
                                       resamples=400, seed=i, interval=interval)
             if pred is not None and math.isfinite(pred.lr) and pred.lr > 0:  # as sweeper.search.prior.first_grid

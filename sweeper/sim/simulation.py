@@ -11,8 +11,10 @@ compatibility fingerprint (so a simulated directory and a trained one can never 
 relaunch of either kind over the other is refused), the corpus fingerprint of every point
 (`simulated:<surface fingerprint>`), and the readers show it (`sweeper.records.manifest.Manifest.simulated_label`).
 
-`GpuProbe` measures what the simulation is for: the share of the pool's GPU-time that trials held,
-overall and while the open cells asked for at least the whole pool.
+`GpuProbe` measures the share of the pool's GPU-time that trials held (Ray's bookkeeping), overall
+and while the open cells asked for at least the whole pool; the trials' busy log
+(`sweeper.sim.devices`) says how busy the devices themselves were: where Ray put each trial, over
+the first simulated day and the whole run (`busy_figures`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from sweeper.core.ids import cell_of
 from sweeper.search.planner import Plan, fingerprint_of
 from sweeper.search.replay import load_table
 from sweeper.search.recorded import RecordedGroup
+from sweeper.sim import devices
 from sweeper.sim.surface import Surface, SurfaceTable
 from sweeper.sim.trial import SimulatedCell
 from sweeper.spec.schema import problems_from, user_error
@@ -91,6 +94,7 @@ def _plain(value: Any) -> Any:
 class Simulation:
     surface: Surface
     path: str
+    busy: dict[str, Any] | None = None  # set by `prepare`: where trials log their devices, and this launch's index
 
     @property
     def fingerprint(self) -> str:
@@ -129,17 +133,29 @@ class Simulation:
             cells.append(replace(cell, compat=compat, fingerprint=fingerprint_of(compat)))
         return replace(plan, cells=cells)
 
+    def prepare(self, sweep_dir: str | Path) -> None:
+        """Before the trials start: the devices' seats of a killed launch cleared, this launch's index
+        in the busy log (`sweeper.sim.devices`)."""
+        self.busy = {"dir": str(devices.sim_dir(sweep_dir).resolve()), "launch": devices.prepare(sweep_dir)}
+
     def payload(self, plan: Plan) -> dict[str, Any]:
         """What every simulated trial is given (`sweeper.sim.trial.simulated_trainable`)."""
         cells = {
             c.cell_id: SimulatedCell(method=c.method, x=c.x, steps=c.steps_per_point,
                                      tokens_per_step=c.tokens_per_point // max(1, c.steps_per_point),
                                      flops_per_token=c.flops_per_token, params=c.params,
-                                     params_nonembed=c.params_nonembed, vocab=c.model.vocab).to_dict()
+                                     params_nonembed=c.params_nonembed, vocab=c.model.vocab,
+                                     gpu=float(c.resources.get("GPU", 0.0))).to_dict()
             for c in plan.cells
         }
         # only what the file set: a table method must not come back with the planted law's defaults
-        return {"surface": self.surface.model_dump(mode="json", exclude_unset=True), "cells": cells}
+        surface = self.surface.model_dump(mode="json", exclude_unset=True)
+        surface["time_compression"] = self.surface.time_compression  # also when --time-compression set it
+        return {"surface": surface, "cells": cells, "clock": self.busy}
+
+    def busy_figures(self, sweep_dir: str | Path) -> dict[str, Any]:
+        """The pool's busy and compute fractions (first simulated day, whole run) from the busy log."""
+        return devices.busy_figures(sweep_dir, float(self.surface.pool.gpus)) or {}
 
 
 @dataclass

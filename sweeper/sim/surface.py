@@ -12,8 +12,9 @@ deep); below `stall_below`·lr*(x) the run stalls at `stall_loss` at best. Over 
 loss falls from `init_loss` to its final value along `(1 − progress)^curve`.
 
 Time: a step's FLOPs (6·N per token, the planner's count, times the members still training)
-divided by the trial's share of the pool (`throughput` per GPU × its GPU fraction, or
-`cpu_throughput` per CPU for CPU-only trials), divided by `time_compression`.
+divided by the trial's rate — on a GPU its share of its device (`sweeper.sim.devices`: `throughput`
+× its declared GPU fraction × `sharing.solo_speedup`, shared with the trials Ray put on the same
+device), or `cpu_throughput` per CPU for CPU-only trials — divided by `time_compression`.
 
 A method can instead take its losses from a recorded table (`table:`, e.g. the StepLaw grids):
 each size of the sweep names one group of the table (the values of its group columns), and the
@@ -153,6 +154,16 @@ class Pool(BaseModel):
     gpu_memory_gb: PositiveFloat = 141.0  # the declared device memory (an H200)
 
 
+class Sharing(BaseModel):
+    """How trials share one device of the virtual pool (`sweeper.sim.devices`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    solo_speedup: float = Field(1.0, ge=1.0, description=(
+        "how much faster than its declared GPU fraction's share of `throughput` a trial runs when it has the "
+        "device to itself (capped at the whole device); trials whose demands exceed a device time-slice it"))
+
+
 class Surface(BaseModel):
     """A planted surface file (`sweeps/surfaces/*.yaml`)."""
 
@@ -162,6 +173,7 @@ class Surface(BaseModel):
     description: str = ""
     pool: Pool = Field(default_factory=Pool)
     throughput: PositiveFloat = 2e14  # training FLOP/s of one whole GPU
+    sharing: Sharing = Field(default_factory=Sharing)  # how trials on one GPU share it
     cpu_throughput: PositiveFloat = 5e10  # training FLOP/s of one CPU core
     time_compression: PositiveFloat = 1000.0  # simulated seconds per wall second
     min_report_seconds: float = Field(0.5, ge=0)  # wall seconds between two reports at least (others are coalesced)

@@ -21,12 +21,14 @@ import math
 import shutil
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from trials.spec import MemberReport, PointResult, StepReport, TrialSpec
+from sweeper.sim.devices import Seat, demand
 from sweeper.sim.surface import Surface, SurfaceMethod, diverged_step, final_loss, loss_at
 
 
@@ -42,6 +44,7 @@ class SimulatedCell:
     params: int
     params_nonembed: int
     vocab: int
+    gpu: float = 0.0  # the GPU fraction the cell declares (its trials' demand: `sweeper.sim.devices`)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -58,9 +61,13 @@ def rate_of(surface: Surface, resources: dict[str, float]) -> float:
 def simulate_trial(spec: TrialSpec, cell: SimulatedCell, surface: Surface, resources: dict[str, float], *,
                    report: Callable[[StepReport, dict[str, Any] | None], None],
                    sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
-                   start: dict[str, Any] | None = None) -> list[PointResult]:
+                   start: dict[str, Any] | None = None, rate: Callable[[], float] | None = None,
+                   finishing: Callable[[], None] | None = None) -> list[PointResult]:
     """Run one simulated trial from `start` (a checkpoint's state, or the beginning); `report(r, state)`
-    receives every report, with the state to checkpoint when one is due (else None)."""
+    receives every report, with the state to checkpoint when one is due (else None). `rate`: the
+    trial's FLOP/s, asked before every report interval (its device's load changes as trials come
+    and go; default: its share of the pool, `rate_of`); `finishing`: called when the training is
+    done, before the final report (the trial leaves its device)."""
     method: SurfaceMethod = surface.methods[cell.method]
     n, lrs, ids = cell.steps, spec.lrs, spec.point_ids
     init = surface.init_loss or math.log(cell.vocab)
@@ -69,7 +76,8 @@ def simulate_trial(spec: TrialSpec, cell: SimulatedCell, surface: Surface, resou
     valley = [method.valley_loss(cell.x, lr) for lr in lrs]
     broken = [None if f is not None or why else diverged_step(method, cell.x, lr, n)
               for f, lr, why in zip(finals, lrs, outside)]
-    rate = rate_of(surface, resources)
+    fixed_rate = rate_of(surface, resources)
+    rate_now = rate or (lambda: fixed_rate)
     train = spec.train
     step = int((start or {}).get("step", 0))
     seconds = float((start or {}).get("sim_seconds", 0.0))
@@ -92,7 +100,7 @@ def simulate_trial(spec: TrialSpec, cell: SimulatedCell, surface: Surface, resou
     while step < n:
         nxt = min(n, step + train.report_every)
         active = sum(1 for gone, why in zip(broken, outside) if why is None and (gone is None or gone > step))
-        duration = active * (nxt - step) * cell.tokens_per_step * cell.flops_per_token / rate
+        duration = active * (nxt - step) * cell.tokens_per_step * cell.flops_per_token / rate_now()
         sleep(duration / surface.time_compression)
         seconds += duration
         crossed_checkpoint = nxt // train.checkpoint_every > step // train.checkpoint_every
@@ -104,6 +112,8 @@ def simulate_trial(spec: TrialSpec, cell: SimulatedCell, surface: Surface, resou
             state = {"step": step, "sim_seconds": seconds} if crossed_checkpoint else None
             report(StepReport(step, step * cell.tokens_per_step, seconds, members(step, evaluated), False), state)
             last_report = clock()
+    if finishing is not None:
+        finishing()
     results = []
     for lr, pid, final, gone, why in zip(lrs, ids, finals, broken, outside):
         if why is not None:
@@ -152,4 +162,30 @@ def simulated_trainable(config: dict[str, Any], simulation: dict[str, Any] | Non
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 
-    simulate_trial(spec, cell, surface, dict(config.get("resources") or {}), report=send, start=start)
+    resources = dict(config.get("resources") or {})
+    seat = device_seat(simulation, cell, surface, resources, tune.get_context().get_trial_id())
+    if seat is None:
+        simulate_trial(spec, cell, surface, resources, report=send, start=start)
+        return
+    seat.join()
+    try:
+        simulate_trial(spec, cell, surface, resources, report=send, start=start, rate=seat.rate, finishing=seat.leave)
+    finally:
+        seat.leave()
+
+
+def device_seat(simulation: dict[str, Any], cell: SimulatedCell, surface: Surface, resources: dict[str, float],
+                trial_id: str | None) -> Seat | None:
+    """The trial's seat on the GPU Ray gave it (None: a CPU trial, or a payload without a busy log)."""
+    import ray  # as above
+
+    clock = simulation.get("clock")
+    if not clock or not float(resources.get("GPU") or 0.0) > 0:
+        return None
+    ids = ray.get_gpu_ids()
+    if not ids:
+        return None
+    declared = cell.gpu or float(resources.get("GPU") or 0.0)
+    return Seat(Path(clock["dir"]), str(trial_id or uuid.uuid4().hex), int(float(ids[0])),
+                demand(declared, surface.sharing.solo_speedup), surface.throughput, int(clock["launch"]),
+                float(surface.time_compression))

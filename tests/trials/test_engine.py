@@ -196,3 +196,44 @@ def test_micro_batches_accumulate_the_whole_batch(every: int) -> None:
     for a, b in zip(outcome(whole), outcome(micro)):
         assert a[0] == b[0] and a[2:] == b[2:]
         assert (a[1] is None and b[1] is None) or a[1] == pytest.approx(b[1], abs=1e-5)
+
+
+def test_a_graph_capture_is_thread_local_with_the_prefetcher_paused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a CPU can check of the capture (the capture itself needs a GPU: tests/trials/test_compile.py's
+    CUDA tests and `sweeper bench --suite gpu`): the trainer hands the step its prefetcher's `paused`,
+    and `_capture` enters it around the whole capture, which runs in thread-local mode."""
+    import contextlib
+    from types import SimpleNamespace
+
+    import trials.engine as engine
+    from trials.data.prefetch import Prefetcher
+
+    trial = Trial(spec([1e-3, 2e-3], sync_every=4))
+    assert trial.device_step is not None and isinstance(trial.stream, Prefetcher)
+    assert trial.device_step.quiet == trial.stream.paused
+
+    events: list[str] = []
+
+    @contextlib.contextmanager
+    def quiet():  # type: ignore[no-untyped-def]
+        events.append("paused")
+        yield
+        events.append("resumed")
+
+    @contextlib.contextmanager
+    def graph(g: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        events.append(f"capture {kwargs}")
+        yield
+        events.append("captured")
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: SimpleNamespace())
+    monkeypatch.setattr(torch.cuda, "graph", graph)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: events.append("synchronize"))
+    step = engine.DeviceStep(lambda *a, **k: torch.zeros(1), SimpleNamespace(lrs=torch.zeros(1), k=1), None, None,
+                             graphs=True)
+    step.quiet = quiet
+    monkeypatch.setattr(step, "_body", lambda *a: events.append("body") or torch.zeros(1))
+    step._capture(torch.zeros(2, 3), torch.zeros(2, 3))
+    assert engine.GRAPH_CAPTURE_MODE == "thread_local"
+    assert events == ["paused", "synchronize", "capture {'capture_error_mode': 'thread_local'}", "body", "captured",
+                      "resumed"]

@@ -17,14 +17,20 @@ so that the step's host-to-device copy can be `non_blocking`) on one daemon thre
 - `close()` (also when the prefetcher is garbage-collected, and at interpreter exit: the thread is a
   daemon) stops the thread, waiting at most for the batch being read, and rewinds the stream to
   the last batch taken.
+- `paused()`: a context in which the thread reads and converts nothing (entering waits for the batch
+  being converted). A CUDA-graph capture runs inside it (`trials.engine.DeviceStep`): pinning host
+  memory (`cudaHostAlloc`, the caching host allocator's event queries) from another thread while a
+  graph is being captured can invalidate the capture. Which batches come, and in which order, does
+  not change.
 """
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -43,13 +49,18 @@ class _Failure:
         self.exc = exc
 
 
-def _produce(stream: BatchStream, convert: Callable[[np.ndarray], Any], out: queue.Queue[Any], stop: threading.Event) -> None:
-    """The thread's loop. It holds no reference to the Prefetcher, so that one can be collected."""
+def _produce(stream: BatchStream, convert: Callable[[np.ndarray], Any], out: queue.Queue[Any], stop: threading.Event,
+             gate: threading.Lock) -> None:
+    """The thread's loop. It holds no reference to the Prefetcher, so that one can be collected. It reads
+    and converts a batch only while holding `gate` (`Prefetcher.paused` holds it to keep the thread still)."""
     while not stop.is_set():
-        try:
-            item: Any = (convert(stream.next_batch()), stream.state())
-        except BaseException as exc:  # delivered to the training loop, which decides
-            item = _Failure(exc)
+        with gate:
+            if stop.is_set():
+                return
+            try:
+                item: Any = (convert(stream.next_batch()), stream.state())
+            except BaseException as exc:  # delivered to the training loop, which decides
+                item = _Failure(exc)
         while not stop.is_set():
             try:
                 out.put(item, timeout=_POLL_S)
@@ -86,12 +97,14 @@ class Prefetcher(Generic[T]):
         self._stop = threading.Event()
         self._finalizer: weakref.finalize | None = None  # type: ignore[type-arg]
         self._failed: BaseException | None = None
+        self._gate = threading.Lock()  # held by the thread while it reads and converts one batch
 
     def _start(self) -> None:
         self._stop = threading.Event()
         self._queue = queue.Queue(maxsize=self.depth)
         self._thread = threading.Thread(
-            target=_produce, args=(self.stream, self.convert, self._queue, self._stop), name="batch-prefetch", daemon=True
+            target=_produce, args=(self.stream, self.convert, self._queue, self._stop, self._gate), name="batch-prefetch",
+            daemon=True
         )
         self._thread.start()
         self._finalizer = weakref.finalize(self, _halt, self._stop, self._queue, self._thread)
@@ -109,6 +122,12 @@ class Prefetcher(Generic[T]):
             raise item.exc
         batch, self._state = item
         return batch  # type: ignore[no-any-return]
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Inside: the thread reads and converts nothing (entering waits for the batch in progress)."""
+        with self._gate:
+            yield
 
     def state(self) -> dict[str, Any]:
         """The stream's position after the last batch returned by `next_batch()`."""

@@ -94,6 +94,15 @@ class LRSection(Strict):
             "(the law's uncertainty plus the scatter of optima about it; at least 3 and at most `points` points)"
         ),
     )
+    prior_from: Annotated[int, Field(ge=2, le=64)] = Field(
+        2,
+        description=(
+            "with prior: extrapolate, the fewest smaller sizes a size waits for: a size with fewer starts at once "
+            "from the YAML's grid. 2: the third size waits for the first two and starts on their law's prediction, "
+            "re-centred (two sizes give no interval); 3: only a law with a prediction interval is waited for, so "
+            "the first three sizes start together (more trials on the first day)"
+        ),
+    )
     fixed: PositiveFloat | None = Field(
         None,
         description=(
@@ -114,7 +123,7 @@ class LRSection(Strict):
             grid=tuple(self.grid) if self.grid is not None else None, refine=self.refine,
             extend_by=self.extend_by, max_points=1 if self.fixed is not None else self.max_points, vertex_offset=self.vertex_offset,
             refine_min_gain=self.refine_min_gain, vertex_first=self.vertex_first,
-            failed_neighbour=self.failed_neighbour,
+            failed_neighbour=self.failed_neighbour, prior_from=self.prior_from,
         )
 
     @field_validator("bounds")
@@ -349,8 +358,21 @@ class Resources(Strict):
     gpu_memory_gb: PositiveFloat | None = Field(
         None, description="memory of one GPU, for stack: auto (default: measured by sweeper bench here, else this "
                           "machine's GPU, else 80)")
+    gpu_model: Annotated[str, Field(min_length=1, max_length=200)] | None = Field(
+        None, description="the GPU model the trials run on, as CUDA and nvidia-smi name it (e.g. 'NVIDIA H200'): "
+                          "stack: auto and the dry run use sweeper bench's measurements of this model only "
+                          "(default: this machine's GPU; none seen here: the memory model's formula)")
     custom: dict[str, NonNegFloat] = Field(default_factory=dict, description="custom Ray resources, e.g. a node tag")
     by_size: list[ResourceRule] = Field(default_factory=list, description="overrides by depth or size")
+    placement: Literal["spread", "pack"] = Field(
+        "spread",
+        description=(
+            "trials asking for a GPU fraction: spread = while fewer trials want to run than the pool's GPUs would "
+            "pack, each GPU gets one lead trial (it asks Ray for more than half a GPU, leaving room for followers) "
+            "and the others ask for `gpu`, so that Ray, which packs fractions onto as few GPUs as it can, does not "
+            "stack the longest trials on one GPU; pack = always ask for `gpu`"
+        ),
+    )
 
     @field_validator("gpu")
     @classmethod

@@ -29,9 +29,18 @@ def test_quick_cpu_suite_runs_every_check(ray_session: str, tmp_path: Path) -> N
     assert result == json.loads(out.read_text())  # the file holds the final JSON too
     assert result["finished"] and result["ok"] and result["device"] == "cpu" and result["quick"]
     checks = result["checks"]
+    from sweeper.bench.suite import compiled_schemes
+
+    correct = [f"correct/{scheme}" for scheme in compiled_schemes()]
+    assert {"correct/pre", "correct/layerrope"} <= set(correct)  # depth.yaml's schemes, compiled
     expected = {"shape/L2/K8", "shape/L2/K1", "shape/L4/K8", "shape/L4/K1", "graphs/L2/K8", "determinism",
-                "stacked_vs_separate", "mfu", "memory_model", "long_trial", "sweep", "cuda_tests"}
+                "stacked_vs_separate", "mfu", "memory_model", "long_trial", "sweep", "cuda_tests", *correct}
     assert set(checks) == expected
+    # in their order of value: correctness, then the shapes (memory, then throughput), then the long trial and sweep
+    order = list(checks)
+    assert order[:len(correct) + 2] == [*correct, "determinism", "cuda_tests"]
+    assert order.index("memory_model") < order.index("stacked_vs_separate") < order.index("sweep")
+    assert all(checks[name]["status"] == "pass" and checks[name]["result"]["agrees"] for name in correct)
     statuses = {name: c["status"] for name, c in checks.items()}
     assert statuses["graphs/L2/K8"] == statuses["cuda_tests"] == "skipped", statuses
     assert all(s in ("pass", "ran", "skipped") for s in statuses.values()), statuses
@@ -52,6 +61,7 @@ def test_quick_cpu_suite_runs_every_check(ray_session: str, tmp_path: Path) -> N
     assert long["recompile_limit_hits"] == 0 and long["recompiles"] <= 4
     sweep = checks["sweep"]
     assert sweep["exit_code"] == 0 and sweep["points_finished"] > 0 and not sweep["gpu_fractions"]
+    assert 0 < sweep["busy_fraction"] <= 1  # the share of its time with a trial running (judged on a GPU)
 
 
 @pytest.mark.slow
@@ -97,3 +107,13 @@ def test_memory_prediction_is_where_stack_auto_grants_the_stack(device: str, tmp
     one, two = predicted_trial_bytes(cell, 1), predicted_trial_bytes(cell, 2)
     # linear in K, but for the fused loss's GPU chunk, which all members share up to its cap
     assert 0 < one < two < predicted_trial_bytes(cell, 8) <= one + 7 * (two - one) + 4
+
+
+def test_the_sweep_checks_busy_time_is_the_union_of_the_points_spans() -> None:
+    from sweeper.bench.suite_run import covered
+
+    # two overlapping trials, a gap, one more, and one outside the window
+    spans = [(10.0, 30.0), (20.0, 40.0), (50.0, 60.0), (200.0, 300.0)]
+    assert covered(spans, 0.0, 100.0) == 40.0
+    assert covered(spans, 25.0, 55.0) == 20.0
+    assert covered([], 0.0, 1.0) == 0.0

@@ -239,3 +239,54 @@ def test_a_seeds_prior_comes_from_its_own_smaller_sizes_so_timing_never_changes_
     notes_after, points_after = run(seed0_first=True)
     assert any(note.startswith("pre/L16/s1: prior LR") and "from 3 smaller sizes" in note for note in notes_alone)
     assert notes_after == notes_alone and points_after == points_alone
+
+
+def test_prior_from_three_starts_the_first_three_sizes_at_once_and_the_rest_on_their_law():
+    """`lr.prior_from: 3`: a size with fewer than three smaller sizes does not wait (the YAML's
+    grid), so the third size starts with the first two; the fourth waits for all three and gets a grid
+    from their law. Every first grid is still a function of finished results alone."""
+    def first_grids(prior_from: int) -> tuple[set[str], dict[str, list[float]]]:
+        b = book(model={"width": 32, "heads": 2, "depths": [2, 4, 8, 16], "seq_len": 32},
+                 lr={"center": 3e-3, "points": 3, "refine": True, "prior": "extrapolate", "prior_from": prior_from})
+        for cid in b.cells:
+            b.refresh(cid)
+        waiting = set(b.waiting)
+        grids: dict[str, list[float]] = {}
+        while (cid := b.next_cell()) is not None:
+            grids.setdefault(cid, sorted(b.queue[cid]))
+            play(b, cid, f"t-{cid}-{len(b.points[cid])}")
+        assert not b.waiting and b.all_done()
+        return waiting, grids
+
+    waiting, grids = first_grids(3)
+    assert waiting == {"pre/L16/s0"}
+    assert grids["pre/L8/s0"] == grids["pre/L2/s0"] == [0.0015, 0.003, 0.006]  # the YAML's grid, at once
+    waiting2, grids2 = first_grids(2)
+    assert waiting2 == {"pre/L8/s0", "pre/L16/s0"}  # before: the third size waited for the first two
+    assert grids2["pre/L8/s0"] != grids2["pre/L2/s0"]  # ... and started re-centred on their two-size law
+
+
+@pytest.mark.parametrize("order", [(0, 1, 2), (2, 1, 0), (1, 2, 0)])
+def test_with_prior_from_three_the_order_the_first_sizes_finish_in_changes_no_grid(order):
+    """The first three sizes run side by side under `prior_from: 3`, so they finish in any order; the
+    deeper sizes still open on exactly their three optima (the fourth cannot start before them), so every cell
+    explores the same learning rates whichever finished first."""
+    def explored(order: tuple[int, ...]) -> dict[str, list[float]]:
+        b = book(model={"width": 32, "heads": 2, "depths": [2, 4, 8, 16, 32], "seq_len": 32},
+                 lr={"center": 3e-3, "points": 3, "refine": True, "prior": "extrapolate", "prior_from": 3})
+        for cid in b.cells:
+            b.refresh(cid)
+        first = ["pre/L2/s0", "pre/L4/s0", "pre/L8/s0"]
+        n = 0
+        while any(b.queue[c] for c in first):  # the first three sizes, round by round, in `order`
+            for i in order:
+                if b.queue[first[i]]:
+                    n += 1
+                    play(b, first[i], f"t{n}")
+        while (cid := b.next_cell()) is not None:
+            n += 1
+            play(b, cid, f"t{n}")
+        assert b.all_done()
+        return {cid: sorted(r.lr for r in pts.values()) for cid, pts in b.points.items()}
+
+    assert explored(order) == explored((0, 1, 2))

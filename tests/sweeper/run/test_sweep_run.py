@@ -369,3 +369,20 @@ def test_the_driver_explores_what_decide_alone_explores_with_the_new_lr_options(
         assert driven == sorted(p.lr for p in points)
         assert state.book.decisions[cid].status == d.status == "bracketed"
         assert 3 <= len(driven) < cell.policy.max_points
+
+
+def test_spread_placement_asks_ray_for_larger_shares_while_few_trials_want_the_pool(tmp_path):
+    """Two cells of 0.125-GPU trials on an 8-GPU pool: each trial asks for a lead share (Ray would stack them
+    on one GPU); `placement: pack` asks for the declared share; the LRs trained are the same either way."""
+    configs = {}
+    for placement in ("spread", "pack"):
+        state = make_state(tmp_path / placement, resources={"cpu": 1, "gpu": 0.125, "placement": placement})
+        state.pool_gpus = 8.0
+        state.load([])
+        first, second = next_config(state, "t1"), next_config(state, "t2")
+        configs[placement] = (first, second)
+    spread, pack = configs["spread"], configs["pack"]
+    assert [c["resources"]["GPU"] for c in spread] == [0.875, 0.875]
+    assert [c["resources"]["GPU"] for c in pack] == [0.125, 0.125]
+    assert [c["spec"]["lrs"] for c in spread] == [c["spec"]["lrs"] for c in pack]
+    assert spread[0]["resources"]["CPU"] == 1.0

@@ -4,6 +4,7 @@ where they exist (else a named assumption), and a wall-time estimate for the dec
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import subprocess
 import sys
 from pathlib import Path
@@ -52,17 +53,35 @@ def test_a_measured_rate_replaces_the_assumption_for_its_shape(tmp_path):
     plan = plan_of(tmp_path, CPU_SWEEP)
     cell = plan.cells[0]
     shape, mode = shape_of(cell)
-    measured = bench_cache.Measurement(shape=shape, mode=mode, device_name="cpu", stack=3, model_flops_per_s=4e9,
-                                       threads=1, measured_at=1.0, command="sweeper bench ...")
+    measured = bench_cache.Measurement(shape=shape, mode=mode, device_name="cpu:Fake CPU 9000", stack=3,
+                                       model_flops_per_s=4e9, threads=1, measured_at=1.0, command="sweeper bench ...")
     cache = tmp_path / "bench.json"
     record(measured, cache)
     record(measured, cache)  # the same key replaces, never duplicates
     assert len(bench_cache.load(cache)) == 1
-    costs = cost_plan(plan, bench_cache.load(cache), cpu_throughput=1e9, pool=2)
+    costs = cost_plan(plan, bench_cache.load(cache), cpu_throughput=1e9, pool=2, cpu_model="cpu:Fake CPU 9000")
     first = costs.cells[0]
     assert first.measured is not None and first.trial_seconds == pytest.approx(3 * cell.flops_per_token
                                                                                * cell.tokens_per_point / 4e9)
     assert costs.to_dict()["measured_cells"] == 1 and costs.cells[1].measured is None
+    # another CPU model, or an unknown one, does not take this machine's rate
+    for other in ("cpu:Fake CPU 1000", None):
+        assert cost_plan(plan, bench_cache.load(cache), cpu_throughput=1e9, pool=2, cpu_model=other).cells[0].measured is None
+    # an entry of an older cache said only "cpu": an unknown device, never reused
+    record(replace(measured, device_name="cpu"), cache)
+    assert cost_plan(plan, bench_cache.load(cache)[1:], cpu_throughput=1e9, pool=2,
+                     cpu_model="cpu:Fake CPU 9000").cells[0].measured is None
+    assert bench_cache.cpu_model().startswith("cpu")
+
+
+def test_a_rate_measured_on_an_h200_never_costs_an_h100s_trials():
+    shape = bench_cache.Shape(scheme="pre", width=128, depth=48, heads=4, seq_len=256, vocab=32000, micro_batch=16)
+    mode = bench_cache.Mode(device="cuda", dtype="bf16", compile=True)
+    h200 = bench_cache.Measurement(shape=shape, mode=mode, device_name="NVIDIA H200", stack=3, model_flops_per_s=1e14,
+                                   threads=None, measured_at=1.0, command="sweeper bench ...")
+    assert bench_cache.lookup(shape, mode, 3, [h200], "NVIDIA H200") is h200
+    assert bench_cache.lookup(shape, mode, 3, [h200], "NVIDIA H100 80GB HBM3") is None
+    assert bench_cache.lookup(shape, mode, 3, [h200], None) is None
 
 
 def test_depth_yaml_plans_gpu_hours_and_a_wall_time_on_the_declared_pool(tmp_path):

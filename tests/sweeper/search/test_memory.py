@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from sweeper.cli import main
-from sweeper.search.memory import (DEFAULT_GPU_BYTES, GiB, auto_stack, cell_shape, check_fits, device_memory, estimate,
+from sweeper.search.memory import (DEFAULT_GPU_BYTES, DeviceMemory, GiB, auto_stack, cell_shape, check_fits, device_memory, estimate,
                                    fitting_micro_batch)
 from sweeper.core.errors import UserError
 from sweeper.search.planner import build_plan
 from sweeper.spec.schema import validate_data
 from trials.footprint import (CUDA_CONTEXT_BYTES, FRAGMENTATION, MEASURED_HEADROOM, TrialShape, footprint, load_measured,
-                              record_measured, shape_key)
+                              measured_key, record_measured, shape_key)
 
 SWEEPS = Path(__file__).resolve().parents[3] / "sweeps"
 
@@ -71,33 +71,50 @@ def test_an_h200_holds_more_members_than_the_old_80_gib_guess(tmp_path: Path) ->
 def test_the_device_memory_comes_from_the_yaml_then_a_bench_measurement_then_this_gpu_then_the_default() -> None:
     measured = {"k": {"device_total_bytes": 150 * GiB, "device": "NVIDIA H200", "peaks": {"1": GiB}}}
     assert device_memory(96.0, measured, (40 * GiB, "A100")).total_bytes == 96 * GiB
-    assert device_memory(None, measured, (40 * GiB, "A100")).total_bytes == 150 * GiB
-    assert "sweeper bench" in device_memory(None, measured).source
+    on_h200 = device_memory(None, measured, (150 * GiB, "NVIDIA H200"))
+    assert on_h200.total_bytes == 150 * GiB and "sweeper bench" in on_h200.source and on_h200.model == "NVIDIA H200"
+    assert device_memory(None, measured, model="NVIDIA H200").total_bytes == 150 * GiB  # resources.gpu_model
+    # an H200's measurement is not this A100's, nor a GPU nobody named
+    assert device_memory(None, measured, (40 * GiB, "A100")).total_bytes == 40 * GiB
+    assert device_memory(None, measured).total_bytes == DEFAULT_GPU_BYTES
+    assert device_memory(None, measured, (40 * GiB, "A100"), model="NVIDIA H100").total_bytes == DEFAULT_GPU_BYTES
     assert device_memory(None, {}, (40 * GiB, "A100")).total_bytes == 40 * GiB
     default = device_memory(None, {}, None)
     assert default.total_bytes == DEFAULT_GPU_BYTES and "resources.gpu_memory_gb" in default.source
 
 
+H200 = DeviceMemory(140 * GiB, "test", "NVIDIA H200")
+
+
 def test_measured_peaks_replace_the_formula(tmp_path: Path) -> None:
     cell = cell_of(gpu_sweep(micro_batch=16, compile=True), tmp_path)
     shape = cell_shape(cell)
-    key = shape_key(shape, "pre", True)
+    key = measured_key("NVIDIA H200", shape, "pre", True)
+    assert key == f"NVIDIA H200|{shape_key(shape, 'pre', True)}"
     path = tmp_path / "peaks.json"
-    record_measured(key, 2, 10 * GiB, device="H200", device_total_bytes=140 * GiB, describe="one", path=path)
+    record_measured(key, 2, 10 * GiB, device="NVIDIA H200", device_total_bytes=140 * GiB, describe="one", path=path)
     measured = load_measured(path)
-    est = estimate(cell, measured=measured)
+    est = estimate(cell, device=H200, measured=measured)
     model = est.model
     # one stack size measured: the formula scaled by measured / predicted at that size
     assert est.source == "measured"
     assert est.bytes(2) == int(10 * GiB * (1 + MEASURED_HEADROOM))
     assert est.bytes(4) == int(model.total(4) * 10 * GiB / model.total(2) * (1 + MEASURED_HEADROOM))
     # two: the line through them (per member 3 GiB, per trial 4 GiB)
-    record_measured(key, 4, 16 * GiB, device="H200", device_total_bytes=140 * GiB, describe="one", path=path)
-    est = estimate(cell, measured=load_measured(path))
+    record_measured(key, 4, 16 * GiB, device="NVIDIA H200", device_total_bytes=140 * GiB, describe="one", path=path)
+    est = estimate(cell, device=H200, measured=load_measured(path))
     assert est.bytes(6) == int(22 * GiB * (1 + MEASURED_HEADROOM))
     # another shape (another micro-batch), or the same on a CPU, is not this measurement
     other = cell_of(gpu_sweep(micro_batch=8, compile=True), tmp_path / "other")
-    assert estimate(other, measured=load_measured(path)).source == "model"
+    assert estimate(other, device=H200, measured=load_measured(path)).source == "model"
+    # nor the same shape on an H100, or on a GPU nobody named: the formula sizes those stacks
+    h100 = DeviceMemory(80 * GiB, "test", "NVIDIA H100 80GB HBM3")
+    assert estimate(cell, device=h100, measured=load_measured(path)).source == "model"
+    assert estimate(cell, device=DeviceMemory(140 * GiB, "test"), measured=load_measured(path)).source == "model"
+    # an entry of an older cache (keyed by the shape alone, whatever device it names) is an unknown device's
+    record_measured(shape_key(shape, "pre", True), 2, GiB, device="NVIDIA H100 80GB HBM3",
+                    device_total_bytes=80 * GiB, describe="old", path=path)
+    assert estimate(cell, device=h100, measured=load_measured(path)).source == "model"
     assert json.loads(path.read_text())[key]["peaks"] == {"2": 10 * GiB, "4": 16 * GiB}
 
 

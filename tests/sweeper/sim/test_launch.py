@@ -105,3 +105,61 @@ def test_ray_failing_to_start_is_one_clear_line_and_exit_2(tmp_path):
     assert done.returncode == 2, done.stderr[-2000:]
     assert "Ray could not start on this machine" in done.stderr and "Traceback" not in done.stderr
     assert not list((tmp_path / "out").glob("store/points/*.parquet"))
+
+
+GPU_SWEEP = """\
+name: gpusim
+output: {out}
+methods: [pre, post]
+model: {{width: 32, heads: 2, depths: [2, 4], seq_len: 16, vocab: 256}}
+data: {{source: synthetic}}
+train: {{steps: 400, batch_size: 4, report_every: 50, eval_every: 200, checkpoint_every: 1000}}
+lr: {{center: 1.0e-2, points: 3, factor: 2.0, refine: false, bounds: [1.0e-5, 1.0], max_points: 6}}
+resources: {{cpu: 1, gpu: 0.125, placement: {placement}}}
+stack: 3
+"""
+
+GPU_SURFACE = """\
+name: pool
+pool: {gpus: 2, cpus: 64, gpu_memory_gb: 80}
+throughput: 1.0e+9
+sharing: {solo_speedup: 2.0}
+time_compression: 100
+min_report_seconds: 0.2
+noise: 0.0
+methods:
+  pre:  {E: 2.0, A: 1.0, alpha: 0.5, lr_k: 0.02, lr_b: -0.5, c: 0.05, cliff: 4.0}
+  post: {E: 2.1, A: 1.0, alpha: 0.4, lr_k: 0.02, lr_b: -0.4, c: 0.05, cliff: 4.0}
+"""
+
+
+def test_ray_packs_fractions_onto_one_gpu_and_spread_placement_uses_the_pool(tmp_path):
+    """Real Ray on a virtual pool of 2 GPUs (its own, in a subprocess): four 0.125-GPU first trials land on
+    one GPU as declared (Ray's best fit), on both with `placement: spread`; the busy log and `status
+    --format json` report the pool's busy and compute fractions; the optima do not depend on the placement."""
+    surface = tmp_path / "surface.yaml"
+    surface.write_text(GPU_SURFACE)
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    figures, optima = {}, {}
+    for placement in ("pack", "spread"):
+        out = tmp_path / placement
+        sweep = tmp_path / f"{placement}.yaml"
+        sweep.write_text(GPU_SWEEP.format(out=out, placement=placement))
+        done = subprocess.run([sys.executable, "-m", "sweeper.cli", "launch", str(sweep), "--simulate", str(surface),
+                               "--json"], capture_output=True, text=True, env=env, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        summary = json.loads(done.stdout)["simulation"]
+        status = json.loads(subprocess.run([sys.executable, "-m", "sweeper.cli", "status", str(out), "--format", "json"],
+                                           capture_output=True, text=True, env=env, timeout=120).stdout)
+        assert status["gpu_busy_fraction_first_day"] == pytest.approx(summary["gpu_busy_fraction_first_day"])
+        events = [json.loads(line) for line in (out / "simulation" / "busy.jsonl").read_text().splitlines()]
+        first_four = [e["device"] for e in events if e["event"] == "start"][:4]
+        figures[placement] = (first_four, status)
+        optima[placement] = {c["cell_id"]: c["best_lr"] for c in status["cells"]}
+        assert not list((out / "simulation" / "devices").glob("*.json"))  # every trial left its GPU
+    assert figures["pack"][0] == [0, 0, 0, 0]
+    assert sorted(figures["spread"][0]) == [0, 0, 1, 1]
+    pack, spread = figures["pack"][1], figures["spread"][1]
+    assert 0 < pack["gpu_compute_fraction_first_day"] <= pack["gpu_busy_fraction_first_day"] <= 1
+    assert spread["gpu_busy_fraction_first_day"] > pack["gpu_busy_fraction_first_day"]
+    assert optima["pack"] == optima["spread"]

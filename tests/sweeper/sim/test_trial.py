@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -136,3 +137,75 @@ def test_gpu_probe_integrates_the_gpus_held():
     assert figures["gpu_utilisation"] == pytest.approx((80 + 60 + 20) / (8 * 30))
     assert figures["gpu_utilisation_while_saturated"] == pytest.approx(140 / 160)
     assert figures["simulated_gpu_hours"] == pytest.approx(160 * 360 / 3600)
+
+
+def test_a_device_shared_by_trials_time_slices_and_a_lone_trial_runs_at_its_demand():
+    from sweeper.sim.devices import demand, shared_rate
+
+    # solo_speedup 1 (the default): a 0.125-GPU trial gets an eighth of the device, alone or packed.
+    assert demand(0.125, 1.0) == 0.125 and shared_rate(8.0, 0.125, 8 * 0.125) == pytest.approx(1.0)
+    # 2: alone it runs at a quarter; four share a device without slowing; eight packed run at an eighth.
+    assert demand(0.125, 2.0) == 0.25 and shared_rate(8.0, 0.25, 0.25) == pytest.approx(2.0)
+    assert shared_rate(8.0, 0.25, 4 * 0.25) == pytest.approx(2.0)
+    assert shared_rate(8.0, 0.25, 8 * 0.25) == pytest.approx(1.0)
+    assert demand(0.5, 4.0) == 1.0  # never more than the whole device
+
+
+def seat(root, trial, device, demand_, clock):
+    from sweeper.sim.devices import Seat
+
+    return Seat(root, trial, device, demand_, throughput=8.0, launch=0, compression=100.0, clock=clock)
+
+
+def test_seats_give_each_trial_its_devices_load_and_a_gone_trial_stops_counting(tmp_path):
+    from sweeper.sim.devices import STALE_SECONDS, device_load, prepare
+
+    now = [1000.0]
+    assert prepare(tmp_path) == 0
+    root = tmp_path / "simulation"
+    a, b, c = (seat(root, t, d, 0.5, lambda: now[0]) for t, d in (("a", 0), ("b", 0), ("c", 1)))
+    for s in (a, b, c):
+        s.join()
+    assert device_load(root, 0, now[0]) == 1.0 and device_load(root, 1, now[0]) == 0.5
+    assert a.rate() == pytest.approx(4.0)  # 0.5 of the device: its turns and b's fill it exactly
+    third = seat(root, "d", 0, 0.5, lambda: now[0])
+    third.join()
+    assert a.rate() == pytest.approx(8.0 * 0.5 / 1.5)  # three on device 0: each slowed by the third
+    third.leave()
+    assert a.rate() == pytest.approx(4.0)
+    now[0] += STALE_SECONDS + 1  # b and c stop refreshing (killed); a's rate() refreshes a's own seat
+    assert a.rate() == pytest.approx(4.0) and device_load(root, 0, now[0]) == 0.5
+    # the next launch clears what the killed one left and logs under the next index
+    assert prepare(tmp_path) == 1 and not list((root / "devices").glob("*.json"))
+
+
+def test_busy_and_compute_fractions_over_the_first_day_follow_the_logged_spans(tmp_path):
+    """Two launches of one sweep on 2 devices at 3600x (a wall second is a simulated hour): the
+    second launch's clock continues where the first stopped; a trial the kill cut off ends with its launch."""
+    from sweeper.sim.devices import BUSY_LOG, busy_figures, read_log, spans
+
+    def line(launch, wall, trial, device, demand_, event):
+        return json.dumps({"launch": launch, "compression": 3600.0, "wall": wall, "trial": trial, "device": device,
+                           "demand": demand_, "event": event})
+
+    root = tmp_path / "simulation"
+    root.mkdir()
+    (root / BUSY_LOG).write_text("\n".join([
+        line(0, 100.0, "a", 0, 0.25, "start"), line(0, 100.0, "b", 0, 0.25, "start"),
+        line(0, 110.0, "a", 0, 0.25, "end"),
+        line(0, 120.0, "c", 1, 0.5, "start"),  # then the kill
+        # launch 1, much later in wall time: its clock starts at simulated hour 20
+        line(1, 5000.0, "b", 0, 0.25, "start"), line(1, 5010.0, "b", 0, 0.25, "end"),
+        line(1, 5010.0, "d", 1, 1.0, "start"), line(1, 5030.0, "d", 1, 1.0, "end"),
+    ]) + "\n")
+    got = sorted((s.device, s.start / 3600, s.end / 3600) for s in spans(read_log(root / BUSY_LOG)))
+    # b and c of launch 0 never ended: they end with their launch's last event (wall 120: hour 20)
+    assert got == [(0, 0.0, 10.0), (0, 0.0, 20.0), (0, 20.0, 30.0), (1, 20.0, 20.0), (1, 30.0, 50.0)]
+    figures = busy_figures(tmp_path, pool_gpus=2)
+    # first 24 h: device 0 busy 0-24 (24 h), device 1 busy 20-20 (0) ... and 30-50 beyond the day
+    assert figures["gpu_busy_fraction_first_day"] == pytest.approx(24 / 48)
+    # compute: device 0 holds 0.5 for 10 h, then 0.25 until 24 h
+    assert figures["gpu_compute_fraction_first_day"] == pytest.approx((0.5 * 10 + 0.25 * 14) / 48)
+    assert figures["busy_log_hours"] == pytest.approx(50.0)
+    assert figures["gpu_busy_fraction"] == pytest.approx((30 + 20) / 100)
+    assert figures["gpu_compute_fraction"] == pytest.approx((0.5 * 10 + 0.25 * 10 + 0.25 * 10 + 1.0 * 20) / 100)

@@ -137,3 +137,53 @@ def test_a_trial_reads_through_the_prefetcher_and_leaves_no_thread() -> None:
     before = _threads()
     assert run_trial(spec)[0].outcome == "ok"
     assert _threads() == before
+
+
+class _Counting(BatchStream):
+    """A stream that counts its reads."""
+
+    def __init__(self, inner: BatchStream) -> None:
+        self.inner, self.reads = inner, 0
+
+    def next_batch(self) -> np.ndarray:
+        self.reads += 1
+        return self.inner.next_batch()
+
+    def state(self) -> dict[str, Any]:
+        return self.inner.state()
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.inner.load_state(state)
+
+
+def test_paused_keeps_the_thread_off_the_stream_and_changes_no_batch() -> None:
+    """A CUDA-graph capture runs inside `paused()`: entering waits for the batch being converted, and
+    no batch is read or converted (pinned) until it exits; the batches are those of the plain stream."""
+    tokens = np.arange(50_000, dtype=np.uint16)
+    converting = threading.Event()
+
+    def slow(batch: np.ndarray) -> np.ndarray:
+        converting.set()
+        time.sleep(0.02)
+        converting.clear()
+        return batch
+
+    counted = _Counting(ArrayBatchStream(tokens, 2, 8, 0, name="t"))
+    ahead = Prefetcher(counted, depth=1000, convert=slow)
+    got = [ahead.next_batch()]
+    converting.wait(1.0)
+    with ahead.paused():
+        assert not converting.is_set()  # the batch in progress was finished first
+        reads = counted.reads
+        time.sleep(0.2)  # ten conversions' time: none starts
+        assert counted.reads == reads and not converting.is_set()
+    deadline = time.monotonic() + 5
+    while counted.reads == reads and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert counted.reads > reads  # it reads on after the pause
+    got += [ahead.next_batch() for _ in range(20)]
+    ahead.close()
+    plain = ArrayBatchStream(tokens, 2, 8, 0, name="t")
+    assert all(np.array_equal(a, plain.next_batch()) for a in got)
+    with Prefetcher(ArrayBatchStream(tokens, 2, 8, 0, name="t")).paused():
+        pass  # before its thread starts: nothing to wait for
