@@ -15,6 +15,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    field_validator,
     model_serializer,
     model_validator,
 )
@@ -390,11 +391,12 @@ class EvalConfig(StrictModel):
     tasks: tuple[EvalTask, ...] = ()
     lambada: LambadaConfig = LambadaConfig()
 
-    @model_validator(mode="after")
-    def _distinct(self) -> "EvalConfig":
-        if len(set(self.tasks)) != len(self.tasks):
-            raise ValueError(f"tasks: each task once (got {list(self.tasks)})")
-        return self
+    @field_validator("tasks")
+    @classmethod
+    def _distinct(cls, tasks: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(tasks)) != len(tasks):
+            raise ValueError(f"each task once (got {list(tasks)})")
+        return tasks
 
 
 class ScaledPatience(StrictModel):

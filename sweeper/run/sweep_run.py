@@ -55,7 +55,7 @@ class TrialConfig:
         """The Ray Tune config: the trial spec plus what the sweeper's adapters read back."""
         cell = self.cell
         spec = TrialSpec(model=cell.model, train=cell.train, data=cell.data, divergence=cell.divergence,
-                         lrs=list(self.lrs), seed=cell.seed, point_ids=list(self.point_ids))
+                         lrs=list(self.lrs), seed=cell.seed, point_ids=list(self.point_ids), eval=cell.eval)
         config: dict[str, Any] = {"spec": spec.to_dict(), "cell_id": cell.cell_id, "resources": dict(cell.resources)}
         if self.export_dir is not None:
             config["export_dir"] = self.export_dir
