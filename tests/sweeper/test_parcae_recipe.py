@@ -155,10 +155,18 @@ def test_no_placeholder_and_the_source_is_named(name: str) -> None:
 def test_the_dry_run_plans_the_budgets_of_the_reference(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     ref = official()
     assert main(["launch", str(SWEEPS / name), "--dry-run", "--format", "json"]) == 0
-    cells = json.loads(capsys.readouterr().out)["cells"]
-    for cell in cells:
+    plan = json.loads(capsys.readouterr().out)
+    for cell in plan["cells"]:
         want = ref["tokens"][label(cell["size"])]
         assert abs(cell["tokens_per_point"] / want - 1) < 0.02, cell
+    # the grids are Muon's LR; AdamW's is the ratio times it, by size
+    axis = plan["totals"]["lr_axis"]
+    assert axis["label"] == "Muon LR (AdamW = r × lr)"
+    assert {label(s): r for s, r in axis["adamw_lr_ratio"].items()} == {
+        s: v / ref["muon_lr"] for s, v in ref["adamw_lr"].items()}
+    assert main(["launch", str(SWEEPS / name), "--dry-run"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "learning rates (initial grid): Muon LR (AdamW = r × lr), r = 1 at" in text and "; 0.75 at" in text
 
 
 def test_the_search_variants_differ_from_the_study_files_by_their_lr_search_only() -> None:
