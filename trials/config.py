@@ -364,14 +364,14 @@ class LambadaConfig(StrictModel):
     - `tokenizer`: the tokenizer the model's ids come from (default: `data.tokenizer`; byte-level without one);
     - `limit`: score the first `limit` passages only (default: all, 5,153 in LAMBADA's test set)."""
 
-    source: Literal["hf", "jsonl"] = "hf"
-    dataset: str = LAMBADA_HUB
+    source: Literal["hf", "jsonl"] = "hf"  # hf: Hugging Face datasets; jsonl: a local file (`path`)
+    dataset: str = LAMBADA_HUB  # a hub name (read only when a sweep asks for the task) or a local folder
     subset: str | None = None  # None: the dataset's default configuration (lambada_openai: `default`, English)
     split: str = "test"
-    path: str | None = None
-    text_column: str = "text"
-    tokenizer: str | None = None
-    limit: PositiveInt | None = None
+    path: str | None = None  # source jsonl: one JSON object per line
+    text_column: str = "text"  # the passage; its last space-separated word is the target
+    tokenizer: str | None = None  # None: data.tokenizer (byte-level without one)
+    limit: PositiveInt | None = None  # score the first `limit` passages (None: all)
 
     @model_validator(mode="after")
     def _path_for_jsonl(self) -> "LambadaConfig":
@@ -388,7 +388,7 @@ class EvalConfig(StrictModel):
     stack and stored with each point: `tasks: [lambada]` is LAMBADA's last-word perplexity (`trials.lambada`).
     Empty (the default): the validation loss only."""
 
-    tasks: tuple[EvalTask, ...] = ()
+    tasks: tuple[EvalTask, ...] = ()  # lambada: LAMBADA's last-word perplexity (none: the validation loss only)
     lambada: LambadaConfig = LambadaConfig()
 
     @field_validator("tasks")
