@@ -14,7 +14,8 @@ from models.family import family_of
 
 
 def count_params(cfg: ModelConfig) -> dict[str, int]:
-    """{"total", "nonembed", "embedding", "head", "matmul"} parameters of one member."""
+    """{"total", "nonembed", "embedding", "head", "matmul", "hidden"} parameters of one member (`hidden`: the blocks'
+    weight matrices, and a looped model's re-injection: what Muon updates under `optimizer.kind: muon`)."""
     return family_of(cfg).count_params(cfg)
 
 

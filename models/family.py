@@ -10,7 +10,7 @@ everything the rest of the code needs to know about a family, so that nothing br
   defaults, read and validated by its `read`): the place for every option of a family;
 - exact parameter counting and training FLOPs per token (`count_params`, `flops_per_token`), and the
   shape figures derived from the settings (`tokens_per_sample`, `activation_layers`, `mlp_hidden`,
-  `blocks_label`);
+  `blocks_label`, `eval_loop_counts`);
 - its data (`data_kind`: token sequences or labelled images), its size axis besides named sizes
   (`size_axis` and `axis_shape`: depths, or mean loop counts), the scheme options it sets by default;
 - what trials and the planner ask as capabilities: `classifies_sequences`, `samples_loops`,
@@ -141,6 +141,10 @@ def _depth_axis(extra: Mapping[str, Any], value: int) -> tuple[int, dict[str, An
     return value, dict(extra)
 
 
+def _no_loop_counts(cfg: ModelConfig) -> tuple[int, ...]:
+    return ()
+
+
 @dataclass(frozen=True)
 class FamilySpec:
     """One model family (see the module docstring). The callables' defaults are the decoder's."""
@@ -163,6 +167,8 @@ class FamilySpec:
     activation_layers: Callable[[ModelConfig], int] = _depth
     mlp_hidden: Callable[[ModelConfig], int] = _hidden
     blocks_label: Callable[[ModelConfig], str] = _depth_label  # "L", or a looped model's "P/C/Q"
+    #: the loop counts an evaluation reports a loss at (a looped model's `eval_loops`; () for a network without loops)
+    eval_loop_counts: Callable[[ModelConfig], tuple[int, ...]] = _no_loop_counts
     # capabilities: what trials and the planner ask instead of the name
     classifies_sequences: bool = False  # one prediction per sample (the loss has a row per sequence, not per token)
     samples_loops: bool = False  # the trainer draws the step's loop count(s) (`model.training_loops`)

@@ -21,11 +21,15 @@
   images in 4 px patches, 10 classes) for the built-in image set on a CPU.
 
 Names carry shapes only; the scheme is chosen per sweep method (`named_config(name, scheme=...)`).
+A name that states a parameter count (`58M`, `1.3B`, `parcae-140M`, `parcae-140M-gpt`) has that nominal
+count (`nominal_params`): what `train.budget_params: label` multiplies, as Parcae's budgets are 80 x its
+labels (11.2B / 29.6B / 61.6B tokens for 140M / 370M / 770M), not 80 x the exact counts.
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -109,3 +113,15 @@ def named_config(name: str, **overrides: Any) -> ModelConfig:
     except KeyError:
         raise ValueError(f"unknown model size '{name}' (allowed: {', '.join(_CONFIGS)})") from None
     return replace(cfg, **overrides) if overrides else cfg
+
+
+_LABEL_COUNT = re.compile(r"(?:^|-)(\d+(?:\.\d+)?)([MB])(?=-|$)")
+
+
+def nominal_params(name: str) -> int | None:
+    """The parameter count a size's name states (`parcae-140M` -> 140,000,000, `1.3B` -> 1,300,000,000), or None
+    for a name that states none (`w128-L48`, `tiny`, `ViT-T`)."""
+    match = _LABEL_COUNT.search(name)
+    if match is None:
+        return None
+    return round(float(match.group(1)) * (1e6 if match.group(2) == "M" else 1e9))

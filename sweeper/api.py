@@ -37,6 +37,7 @@ OPTIMA_SCHEMA: dict[str, pl.DataType] = {
     "neighbour_gap_paired": pl.Boolean, "within_noise": pl.Boolean, "best_objective": pl.Float64,
     "interp_lr": pl.Float64, "interp_objective": pl.Float64, "n_points": pl.Int64, "n_diverged": pl.Int64,
     "n_stalled": pl.Int64, "n_failed": pl.Int64, "n_infra_failed": pl.Int64, "n_running": pl.Int64,
+    "best_lambada_ppl": pl.Float64, "best_loop_losses": pl.Utf8,
 }
 
 

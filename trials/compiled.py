@@ -12,13 +12,16 @@ Here each compiled function is a *private copy* of the Python function (`private
 bytecode in a new code object), so its cache belongs to the model or optimizer layout that made it
 and is freed with it. What one copy can see is then bounded by construction:
 
-- a model's blocks (`BLOCK_RECOMPILE_LIMIT`): one stack size K, one sequence length, one dtype; at
-  most two row counts (the micro-batch and a smaller last chunk; the evaluation uses the same
-  chunks), with and without gradients (evaluation, a looped model's no-grad loops), with and without
-  autocast's weight cache (the deferred step disables it), and two code paths through the block
-  (Mix-LN's two wirings, or a ViT's drop path on and off): at most 2 x 2 x 2 x 2 = 16 entries
-  (2-4 in practice), under a limit of 32; a new model (a dropped member, the next trial) starts a
-  new copy;
+- a model's blocks (`BLOCK_RECOMPILE_LIMIT`): one stack size K and one dtype; three input shapes at
+  most: the micro-batch and a smaller last chunk at the training sequence length (the evaluation uses
+  the same chunks), each with and without gradients (evaluation, a looped model's no-grad loops), and
+  LAMBADA's chunk (`trials.lambada`: one padded length, the last chunk filled up), without gradients
+  only: 5 shape and gradient cases; with and without autocast's weight cache (the deferred step
+  disables it): 10; and up to four code paths through the block (a block with a value table and one
+  without, `value_embeddings`, times Mix-LN's two wirings; or a ViT's drop path on and off): at most
+  40 entries, under a limit of 64. A compiled Parcae-like looped trial with every one of these on CPU
+  holds 14 (tests/trials/test_compile_caches.py); a new model (a dropped member, the next trial)
+  starts a new copy;
 - an optimizer layout (`OPTIMIZER_RECOMPILE_LIMIT`): one set of flat group buffers, always without
   gradients: one entry; `compact` (members dropped) builds the next layout with a new copy.
 
@@ -36,9 +39,11 @@ from typing import Any
 import torch
 from torch import nn
 
-#: entries one model's compiled block may hold (bounded by 2 row counts x 2 grad modes x 2 autocast caches x
-#: 2 code paths = 16, in practice 2-4; twice that, so that no reachable case meets it)
-BLOCK_RECOMPILE_LIMIT = 32
+#: entries one model's compiled block may hold (bounded by 5 shape-and-gradient cases x 2 autocast caches x 4 code
+#: paths = 40, see the module docstring; above that, so that no reachable case meets it)
+BLOCK_RECOMPILE_LIMIT = 64
+#: the most entries the module docstring's analysis allows one model's compiled block (tested against a real trial)
+BLOCK_ENTRIES_BOUND = 40
 #: entries one optimizer layout's compiled update may hold (one is expected; more would be a bug, and a
 #: `fullgraph` function past its limit raises rather than running eagerly)
 OPTIMIZER_RECOMPILE_LIMIT = 4

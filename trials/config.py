@@ -15,6 +15,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    field_validator,
     model_serializer,
     model_validator,
 )
@@ -329,7 +330,9 @@ class TrainConfig(StrictModel):
     compile: bool = False  # regional torch.compile of the blocks + a compiled optimizer step (trials.engine)
     threads: PositiveInt | None = None  # torch intra-op threads; None: the trial's CPU share
     objective: Literal["loss", "error"] = "loss"  # error: 1 - top-1 accuracy (ViT)
-    budget_params: Literal["total", "nonembed"] = "total"  # which parameter count tokens_per_param multiplies (per member)
+    # which parameter count tokens_per_param multiplies (per member): every parameter, those outside the embeddings,
+    # or `label`: the nominal count a named size's label states (parcae-140M: 140e6; the planner turns it into tokens)
+    budget_params: Literal["total", "nonembed", "label"] = "total"
     drop_diverged: bool = True  # rebuild the stack without diverged members so they cost no compute
     fused_loss: bool = True  # LM head + cross-entropy in row chunks, gradients on the way (LLaMA; same math)
     sync_every: PositiveInt | None = None  # steps between host reads of the losses; None: 1 on CPU, 16 on CUDA
@@ -346,6 +349,54 @@ class TrainConfig(StrictModel):
                 f"give exactly one of steps, tokens, tokens_per_param (got {', '.join(given) or 'none'})"
             )
         return self
+
+
+LAMBADA_HUB = "EleutherAI/lambada_openai"  # the usual hub copy of LAMBADA's test set (OpenAI's detokenized text)
+
+
+class LambadaConfig(StrictModel):
+    """Where LAMBADA's passages come from (`eval.tasks: [lambada]`; scored by `trials.lambada`).
+
+    - `source: hf`: `datasets.load_dataset(dataset, subset, split=split)` (a hub name, read only when a sweep
+      asks for the task; or a local folder, one written by `save_to_disk` too); `source: jsonl`: a local JSONL
+      file (`path`), one object per line;
+    - `text_column`: the passage, whose last space-separated word is the target;
+    - `tokenizer`: the tokenizer the model's ids come from (default: `data.tokenizer`; byte-level without one);
+    - `limit`: score the first `limit` passages only (default: all, 5,153 in LAMBADA's test set)."""
+
+    source: Literal["hf", "jsonl"] = "hf"  # hf: Hugging Face datasets; jsonl: a local file (`path`)
+    dataset: str = LAMBADA_HUB  # a hub name (read only when a sweep asks for the task) or a local folder
+    subset: str | None = None  # None: the dataset's default configuration (lambada_openai: `default`, English)
+    split: str = "test"
+    path: str | None = None  # source jsonl: one JSON object per line
+    text_column: str = "text"  # the passage; its last space-separated word is the target
+    tokenizer: str | None = None  # None: data.tokenizer (byte-level without one)
+    limit: PositiveInt | None = None  # score the first `limit` passages (None: all)
+
+    @model_validator(mode="after")
+    def _path_for_jsonl(self) -> "LambadaConfig":
+        if self.source == "jsonl" and not self.path:
+            raise ValueError("path: required for source 'jsonl' (a JSONL file with a text field per line)")
+        return self
+
+
+EvalTask = Literal["lambada"]
+
+
+class EvalConfig(StrictModel):
+    """Evaluations beyond the validation loss, run at a trial's final evaluation for every member of the
+    stack and stored with each point: `tasks: [lambada]` is LAMBADA's last-word perplexity (`trials.lambada`).
+    Empty (the default): the validation loss only."""
+
+    tasks: tuple[EvalTask, ...] = ()  # lambada: LAMBADA's last-word perplexity (none: the validation loss only)
+    lambada: LambadaConfig = LambadaConfig()
+
+    @field_validator("tasks")
+    @classmethod
+    def _distinct(cls, tasks: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(tasks)) != len(tasks):
+            raise ValueError(f"each task once (got {list(tasks)})")
+        return tasks
 
 
 class ScaledPatience(StrictModel):

@@ -2,7 +2,8 @@
 
 Budget: `train.steps`, or `train.tokens`, or `train.tokens_per_param` x the parameters of one
 member (`train.budget_params`: all parameters, or those outside the embeddings), divided by the
-tokens of one step (`batch_size x seq_len`) and rounded up.
+tokens of one step (`batch_size x seq_len`) and rounded up. `budget_params: label` (a named size's
+nominal count) is the sweep planner's to resolve: it gives the trial `train.tokens`.
 
 Schedule: a multiplier of the peak LR per step (0-based, the step about to be taken):
 linear warmup `(step + 1) / warmup` over the first `warmup` steps, then cosine or linear decay
@@ -20,6 +21,15 @@ import math
 from dataclasses import dataclass
 
 from trials.config import ScheduleConfig, TrainConfig
+from trials.errors import TrialInputError
+
+
+def budget_count(train: TrainConfig, counts: dict[str, int]) -> int:
+    """The parameter count `tokens_per_param` multiplies (`count_params`'s `total` or `nonembed`)."""
+    if train.budget_params == "label" and train.tokens_per_param is not None:
+        raise TrialInputError("train.budget_params: label (a named size's nominal count) is resolved by the sweep "
+                              "planner into train.tokens; a trial alone takes total or nonembed, or train.tokens")
+    return counts["nonembed" if train.budget_params == "nonembed" else "total"]
 
 
 def total_steps(train: TrainConfig, seq_len: int, params: int) -> int:

@@ -1,7 +1,7 @@
 """What a trial is asked to do and what it reports (plain dataclasses, JSON-safe, no torch).
 
-- `TrialSpec`: one sweep cell (model, recipe, data, divergence rules, seed) and the K learning
-  rates to train side by side, with the caller's opaque `point_ids`.
+- `TrialSpec`: one sweep cell (model, recipe, data, divergence rules, evaluations, seed) and the K
+  learning rates to train side by side, with the caller's opaque `point_ids`.
 - `StepReport`: progress every `train.report_every` steps, at every evaluation, at every
   checkpoint and at the end; `members` holds one `MemberReport` per learning rate; the last
   report of a run also carries every member's `PointResult` in `results`. `metrics()` is the
@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from models.config import ModelConfig
-from trials.config import DataConfig, DivergenceConfig, TrainConfig
+from trials.config import DataConfig, DivergenceConfig, EvalConfig, TrainConfig
 
 MemberState = Literal["running", "ok", "diverged", "stalled"]
 Outcome = Literal["ok", "diverged", "stalled", "failed"]
@@ -46,6 +46,7 @@ class TrialSpec:
     lrs: list[float] = field(default_factory=lambda: [1e-3])
     seed: int = 0
     point_ids: list[str] = field(default_factory=list)  # empty: one "lr=<lr>" per learning rate
+    eval: EvalConfig = field(default_factory=EvalConfig)  # evaluations beyond the loss at the end (LAMBADA)
 
     def __post_init__(self) -> None:
         if not self.lrs:
@@ -64,7 +65,7 @@ class TrialSpec:
         return len(self.lrs)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "model": self.model.to_dict(),
             "train": self.train.model_dump(mode="json"),
             "data": self.data.model_dump(mode="json"),
@@ -73,6 +74,9 @@ class TrialSpec:
             "seed": self.seed,
             "point_ids": list(self.point_ids),
         }
+        if self.eval.tasks:  # without tasks, the dict (and the resume key) it had before `eval` existed
+            out["eval"] = self.eval.model_dump(mode="json")
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrialSpec":
@@ -84,6 +88,7 @@ class TrialSpec:
             lrs=list(d["lrs"]),
             seed=int(d.get("seed", 0)),
             point_ids=list(d.get("point_ids", [])),
+            eval=EvalConfig.model_validate(d.get("eval", {})),
         )
 
     def resume_key(self) -> str:
@@ -178,6 +183,9 @@ class PointResult:
     unigram_loss: float | None = None  # predicting by training frequencies on the same eval batches: the stall baseline
     loss_batches: list[float] | None = None  # the final evaluation's mean loss per eval batch (the same batches for
     #                                          every LR, seed and size of a sweep: differences can be compared paired)
+    loop_losses: dict[str, float] | None = None  # looped family with several eval_loops: the final evaluation's loss
+    #                                              at each loop count ({"1": .., "8": ..}; `loss` is the largest's)
+    lambada_ppl: float | None = None  # LAMBADA last-word perplexity at the end (eval.tasks: [lambada]), ok or stalled
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

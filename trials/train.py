@@ -50,11 +50,11 @@ from trials.determinism import set_deterministic
 from trials.divergence import DivergenceMonitor, stall_reason
 from trials.engine import DeviceStep, accumulate, make_optimizer, release_cached_memory, resolve_execution
 from trials.errors import TrialInputError
-from trials.fused_loss import eval_sums
+from trials.evaluation import FinalTasks, evaluate_text, loop_counts
 from trials.fused_loss import member_losses as fused_member_losses
 from trials.model_setup import recipe_model, trial_family
 from trials.noise import mean_and_se
-from trials.schedule import LRSchedule, total_steps
+from trials.schedule import LRSchedule, budget_count, total_steps
 from trials.config import VisionConfig
 from trials.spec import MemberReport, PointResult, StepReport, TrialSpec
 from trials.vision import ClassificationBatches, open_image_data, top1_correct
@@ -110,7 +110,7 @@ class Trial:
             raise TrialInputError(f"model: {exc}") from None
         self.params, self.params_nonembed = counts["total"], counts["nonembed"]
         seq = family.tokens_per_sample(cfg)  # tokens per sequence, or per image (patches + class token) for the ViT
-        self.steps = total_steps(train, seq, counts["total" if train.budget_params == "total" else "nonembed"])
+        self.steps = total_steps(train, seq, budget_count(train, counts))
         self.schedule = LRSchedule.from_config(train.schedule, self.steps)
         self.tokens_per_step = train.batch_size * seq
         self.device = resolve_device(train.device)
@@ -154,6 +154,8 @@ class Trial:
             self.eval_data = [
                 torch.from_numpy(b).to(self.device) for b in self.source.eval_batches(train.eval_batches, train.batch_size, cfg.seq_len)
             ]
+        self.loop_counts = loop_counts(family, cfg)  # a looped model's eval_loops, when it lists several
+        self.tasks = FinalTasks(spec.eval, spec.data, cfg, family, rows=self.eval_chunk)  # eval.tasks (LAMBADA)
         self.monitor = DivergenceMonitor(spec.divergence, k, self.schedule.warmup, self.steps)
         # The stall rule's baseline: the frequency-only loss on exactly the batches every evaluation uses.
         self.unigram_loss = self._frequency_only_loss() if self.unigram is not None else None
@@ -165,6 +167,8 @@ class Trial:
         self.eval_step: list[int | None] = [None] * k
         self.evaluations = 0  # evaluations run by this object (not restored from a checkpoint)
         self.accuracy: list[float | None] = [None] * k
+        self.loop_losses: list[dict[str, float] | None] = [None] * k  # the last evaluation's, by loop count
+        self.lambada: list[float | None] = [None] * k  # LAMBADA perplexity, from the final evaluation
         self.last_loss: list[float | None] = [None] * k
         self._interval_sum = [0.0] * k
         self._interval_n = [0] * k
@@ -361,37 +365,23 @@ class Trial:
 
     @torch.no_grad()
     def evaluate(self) -> None:
-        """Mean held-out loss of every member in the stack (and top-1 accuracy for `objective: error`).
-
-        In chunks of `eval_chunk` sequences through the fused loss's no-grad path (`fused_loss.eval_sums`):
-        one chunk of logits at a time, never the `[K, B*T, V]` logits of a whole evaluation batch."""
+        """Mean held-out loss of every member in the stack (and top-1 accuracy for `objective: error`; a looped
+        model's loss at each of its `eval_loops`), in chunks of `eval_chunk` sequences (`trials.evaluation`);
+        at the last step, the tasks of `eval.tasks` too (LAMBADA)."""
         if self.vision is not None:
             return self._evaluate_images()
         self.model.eval()
-        k = len(self.slots)
-        batch_losses, sizes = [], []  # [K] mean loss of each eval batch (float64), and its counted positions
-        correct = torch.zeros(k, dtype=torch.float64, device=self.device)
-        want_accuracy = self.spec.train.objective == "error"
-        chunk = self.eval_chunk
         self.evaluations += 1
-        for batch in self.eval_data:
-            batch_sum = torch.zeros(k, dtype=torch.float64, device=self.device)
-            batch_count = 0
-            for start in range(0, batch.shape[0], chunk):
-                part = batch[start:start + chunk]
-                with self._autocast():
-                    loss_sum, hits, n = eval_sums(self.model, part[:, :-1], part[:, 1:], accuracy=want_accuracy)
-                batch_sum += loss_sum
-                if hits is not None:
-                    correct += hits
-                batch_count += n
-            batch_losses.append(batch_sum / max(1, batch_count))
-            sizes.append(max(1, batch_count))
+        result = evaluate_text(self.model, self.eval_data, chunk=self.eval_chunk, autocast=self._autocast,
+                               accuracy=self.spec.train.objective == "error", counts=self.loop_counts)
+        lambada = self.tasks.lambada_perplexity(self.model, self._autocast) if self.tasks and self.step >= self.steps else None
         self.model.train()
-        per_batch = torch.stack(batch_losses).cpu().T.tolist()  # [K][batches]: one host read
-        accuracy = (correct / sum(sizes)).float().cpu().tolist()
         release_cached_memory(self.device)
-        self._record_evaluation(per_batch, sizes, accuracy if want_accuracy else None)
+        self._record_evaluation(result.per_batch, result.sizes, result.accuracy)
+        for i, m in enumerate(self.slots):
+            if not self.monitor.members[m].diverged:
+                self.loop_losses[m] = result.loop_losses(i)
+                self.lambada[m] = lambada[i] if lambada is not None else None
 
     def _record_evaluation(self, per_batch: list[list[float]], sizes: list[int] | None, accuracy: list[float] | None) -> None:
         """Store each slot's mean loss, its standard error over the batches (`trials.noise`), the batch
@@ -504,6 +494,8 @@ class Trial:
                 unigram_exact=self.unigram.exact if self.unigram is not None else None,
                 unigram_loss=self.unigram_loss,
                 loss_batches=self.eval_batch_losses[m] if finished else None,
+                loop_losses=self.loop_losses[m] if finished else None,
+                lambada_ppl=_finite_or_none(self.lambada[m]) if finished else None,
             ))
         return out
 
@@ -568,6 +560,8 @@ class Trial:
             "eval_batch_losses": self.eval_batch_losses,
             "eval_step": self.eval_step,
             "accuracy": self.accuracy,
+            "loop_losses": self.loop_losses,
+            "lambada": self.lambada,
             "last_loss": self.last_loss,
             "interval": [self._interval_sum, self._interval_n],
             "frozen": sorted(self.frozen),
@@ -603,6 +597,8 @@ class Trial:
         self.eval_loss, self.eval_step, self.accuracy = state["eval_loss"], state["eval_step"], state["accuracy"]
         self.eval_loss_se = state.get("eval_loss_se") or [None] * len(self.eval_loss)  # absent in older checkpoints
         self.eval_batch_losses = state.get("eval_batch_losses") or [None] * len(self.eval_loss)
+        self.loop_losses = state.get("loop_losses") or [None] * len(self.eval_loss)
+        self.lambada = state.get("lambada") or [None] * len(self.eval_loss)
         self.last_loss = state["last_loss"]
         self._interval_sum, self._interval_n = state["interval"]
         extra = tensors["extra"]

@@ -1,11 +1,15 @@
-"""The method × size status grid: bracketing status over seeds and points done."""
+"""The method × size status grid: bracketing status over seeds and points done; for a sweep that scores
+LAMBADA (`eval.tasks`), each cell's best point's LAMBADA perplexity beside its validation loss."""
 
 from __future__ import annotations
+
+import math
 
 import polars as pl
 
 from dashboards import style
 from dashboards.data import SweepData
+from sweeper.core.ids import canonical
 from dashboards.figures.common import (
     FINISHED,
     FigureDict,
@@ -52,11 +56,19 @@ def status_grid(data: SweepData) -> FigureDict:
         )
         .iter_rows(named=True)
     }
+    lambada = best_lambada(data)
     seeds: dict[tuple[str, str], list[str]] = {}
     for r in data.cells.sort("seed").iter_rows(named=True):
         lr_name = "recipe LR" if r["status"] == "fixed" else "LR*"  # a fixed recipe claims no optimum
         best = f", {lr_name} {r['interp_lr'] or r['best_lr']:.3g}" if (r["interp_lr"] or r["best_lr"]) else ""
+        if r["cell_id"] in lambada:
+            loss, ppl = lambada[r["cell_id"]]
+            best += f", loss {loss:.4f}, LAMBADA ppl {ppl:.4g}"
         seeds.setdefault((r["method"], r["size"]), []).append(f"s{r['seed']}: {r['status']}{best}")
+    ppl_by_group: dict[tuple[str, str], list[float]] = {}
+    for r in data.cells.iter_rows(named=True):
+        if r["cell_id"] in lambada:
+            ppl_by_group.setdefault((r["method"], r["size"]), []).append(lambada[r["cell_id"]][1])
     order = list(style.STATUS_COLOURS)
     k = len(order)
     colourscale = []
@@ -75,7 +87,9 @@ def status_grid(data: SweepData) -> FigureDict:
                 continue
             zr.append((order.index(st) + 0.5) / k)
             done, total = c.get("done", 0), c.get("total", 0)
-            tr.append(f"{st}<br>{done}/{total} pts")
+            ppl = ppl_by_group.get((m, s))  # geometric mean over seeds, as `sweeper fit`'s table
+            tr.append(f"{st}<br>{done}/{total} pts" + (f"<br>ppl {math.exp(sum(map(math.log, ppl)) / len(ppl)):.4g}"
+                                                       if ppl else ""))
             details = [f"{done} of {total} points done", f"{c.get('running', 0)} running",
                        f"{c.get('diverged', 0)} diverged", f"{c.get('stalled', 0)} stalled",
                        f"{c.get('failed', 0)} failed", f"{c.get('infra_failed', 0)} infra_failed"]  # fmt: skip
@@ -106,3 +120,16 @@ def status_grid(data: SweepData) -> FigureDict:
             }
         )  # fmt: skip
     return {"data": traces, "layout": layout}
+
+
+def best_lambada(data: SweepData) -> dict[str, tuple[float, float]]:
+    """cell id -> (loss, LAMBADA perplexity) of the cell's grid-best point, for the cells that have one."""
+    points = data.points
+    if "lambada_ppl" not in points.columns or not points.height or points["lambada_ppl"].null_count() == points.height:
+        return {}
+    best = {(r["cell_id"], canonical(r["best_lr"])) for r in data.cells.iter_rows(named=True) if r["best_lr"] is not None}
+    out = {}
+    for r in points.filter(pl.col("lambada_ppl").is_not_null()).iter_rows(named=True):
+        if (r["cell_id"], canonical(r["lr"])) in best and r["loss"] is not None:
+            out[r["cell_id"]] = (float(r["loss"]), float(r["lambada_ppl"]))
+    return out

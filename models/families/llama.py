@@ -33,7 +33,7 @@ Per member, for the decoder with width d, MLP hidden h, depth L, vocabulary V, s
 
 `nonembed` excludes the input embedding, the value tables and the head. `matmul` counts the parameters
 that multiply activations: the block matrices and the head's d V (the tied table too: it is the head's
-matmul). A test checks every scheme's and every option's count against the parameters of a built model.
+matmul). `hidden` counts the block matrices alone: the parameters `train.optimizer.kind: muon` gives Muon. A test checks every scheme's and every option's count against the parameters of a built model.
 
 Training FLOPs per token (PaLM appendix B convention, multiply-add = 2 FLOPs, backward = 2x forward):
 
@@ -158,7 +158,7 @@ def decoder_hidden(cfg: ModelConfig) -> int:
 
 
 def count_decoder(cfg: ModelConfig) -> dict[str, int]:
-    """{"total", "nonembed", "embedding", "head", "matmul"} parameters of one decoder member."""
+    """{"total", "nonembed", "embedding", "head", "matmul", "hidden"} parameters of one decoder member."""
     blocks = decoder_options(cfg)
     scheme = make_scheme(cfg.scheme, cfg.depth, cfg.scheme_options)
     blocks.check_scheme(scheme)
@@ -175,6 +175,7 @@ def count_decoder(cfg: ModelConfig) -> dict[str, int]:
         "embedding": embedding,
         "head": head,
         "matmul": block_matrices + vocab * d,
+        "hidden": block_matrices,
     }
 
 

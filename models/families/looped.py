@@ -188,6 +188,7 @@ def count_looped(cfg: ModelConfig) -> dict[str, int]:
         "embedding": base["embedding"],
         "head": base["head"],
         "matmul": base["matmul"] + d * d,
+        "hidden": base["hidden"] + d * d,  # the re-injection B is a hidden matrix (Muon's)
     }
 
 
@@ -215,6 +216,11 @@ def loop_hidden(cfg: ModelConfig) -> int:
     return loop_settings(cfg).hidden(cfg)
 
 
+def eval_loop_counts(cfg: ModelConfig) -> tuple[int, ...]:
+    """The loop counts of `eval_loops`, sorted: a trial's evaluation reports a loss at each (`LoopedLM.eval_losses`)."""
+    return loop_settings(cfg).eval_loops
+
+
 def blocks_label(cfg: ModelConfig) -> str:
     """P/C/Q: the prelude, core and coda blocks."""
     extra, d = cfg.extra, LoopSettings()
@@ -235,5 +241,6 @@ LOOPED = register_family(FamilySpec(
     activation_layers=activation_layers,
     mlp_hidden=loop_hidden,
     blocks_label=blocks_label,
+    eval_loop_counts=eval_loop_counts,
     samples_loops=True,
 ))

@@ -160,6 +160,7 @@ def count_vit(cfg: ModelConfig) -> dict[str, int]:
         "embedding": embedding,
         "head": head,
         "matmul": block_matrices + image.patch_dim * d + d * classes,
+        "hidden": block_matrices,
     }
 
 

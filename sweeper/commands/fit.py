@@ -2,7 +2,8 @@
 
 Per method: loss against x with an irreducible term and its log-log slope, the optimal-LR
 law with predictions at `--to` targets, the compute exponent and LR sensitivity; then the
-methods ranked. Every estimate carries a bootstrap 95% interval, and fits that should not
+methods ranked; for a sweep with `eval.tasks: [lambada]`, LAMBADA's perplexity by method and size
+beside the loss (measured, no law; not in fits.json: `sweeper optima --format json` has it per cell). Every estimate carries a bootstrap 95% interval, and fits that should not
 be trusted say why. See `sweeper.analysis.fits` for the statistics.
 """
 
@@ -175,8 +176,49 @@ def run(args: argparse.Namespace) -> int:
         json.dump(doc.to_json(), sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
         return 0
-    render(doc, written=None if args.no_write else root / FITS)
+    render(doc, written=None if args.no_write else root / FITS, lr_label=lr_label_of(root))
+    render_lambada(root)
     return 0
+
+
+def lr_label_of(root: Path) -> tuple[str, str | None] | None:
+    """The LR axis of a Muon sweep ('Muon LR (AdamW = r × lr)' and the ratio by size), from the manifest's cells;
+    None for AdamW."""
+    from sweeper.records.manifest import read_manifest  # (see `run`)
+    from sweeper.spec.lr_axis import lr_axis
+
+    cells = read_manifest(root).cells.values()
+    axis = lr_axis((str(c.size), (c.compat.get("train") or {}).get("optimizer") or {}) for c in cells)
+    return None if axis is None else (axis.label, axis.note)
+
+
+def render_lambada(root: Path) -> None:
+    """LAMBADA perplexity by method and size beside the loss (a sweep with `eval.tasks: [lambada]`), read from
+    the store's points: no power law, the measured numbers of each cell's best point."""
+    # start-up time: imported when used, not on every CLI start
+    from rich.table import Table
+
+    from sweeper.records.results import lambada_by_size
+    from sweeper.records.table import make_console
+
+    rows = lambada_by_size(root)
+    if not rows:
+        return
+    sizes = list(dict.fromkeys(r["size"] for r in sorted(rows, key=lambda r: (r["params"] or 0, r["size"]))))
+    table = Table(title="LAMBADA perplexity by size (last word; the best point of each cell, geometric mean over "
+                  "seeds) · loss", title_justify="left", header_style="bold")
+    table.add_column("method")
+    for size in sizes:
+        table.add_column(size, justify="right")
+    by = {(r["method"], r["size"]): r for r in rows}
+    for method in dict.fromkeys(r["method"] for r in rows):
+        cells = []
+        for size in sizes:
+            r = by.get((method, size))
+            cells.append("—" if r is None else f"{r['lambada_ppl']:.4g} · {r['loss']:.4f}"
+                         + (f" ({len(r['seeds'])} seeds)" if len(r["seeds"]) > 1 else ""))
+        table.add_row(method, *cells)
+    make_console().print(table)
 
 
 def _g(v: Any, spec: str = ".4g") -> str:
@@ -243,8 +285,9 @@ def _points_table(doc: FitsDocument, x_name: str) -> Any:
     return table
 
 
-def render(doc: FitsDocument, written: Path | None) -> None:
-    """The fits as rich tables: loss fits, predictions, LR laws, ranking, sensitivity, then every warning."""
+def render(doc: FitsDocument, written: Path | None, lr_label: tuple[str, str | None] | None = None) -> None:
+    """The fits as rich tables: loss fits, predictions, LR laws, ranking, sensitivity, then every warning.
+    `lr_label`: what a point's LR is when it is not plainly the LR (Muon), and the ratio's note."""
     # start-up time: imported when used, not on every CLI start
     from rich.table import Table
     from rich.text import Text
@@ -285,7 +328,10 @@ def render(doc: FitsDocument, written: Path | None) -> None:
     console.print(loss)
     console.print(_points_table(doc, x_name))
 
-    lr = Table(title=f"Optimal LR vs {x_name}: LR* = c·x^b", title_justify="left", header_style="bold")
+    lr_name = lr_label[0] if lr_label else "LR"
+    lr = Table(title=f"Optimal {lr_name} vs {x_name}: LR* = c·x^b", title_justify="left", header_style="bold")
+    if lr_label and lr_label[1]:
+        lr.caption, lr.caption_justify = lr_label[1], "left"
     for col in ("method", "n", "exponent b", "c", "trust"):
         lr.add_column(col, justify="left" if col == "method" else "right")
     for method, m in doc.methods.items():

@@ -228,6 +228,7 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any, memory
     from sweeper.search import bench_cache
     from sweeper.search.cost import cost_plan
     from sweeper.search.memory import describe
+    from sweeper.spec.lr_axis import lr_axis
 
     device, measured_peaks, host = memory if memory is not None else (None, None, _host_memory())
     gpu_model = device.model if device is not None else plan.config.resources.gpu_model
@@ -266,6 +267,9 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any, memory
         totals["cap_gpu_hours"] = cost["initial_gpu_hours"] * cap / initial if initial else 0.0
     if "initial_cpu_hours" in cost:
         totals["cap_cpu_hours"] = cost["initial_cpu_hours"] * cap / initial if initial else 0.0
+    axis = lr_axis((c.size, c.train.optimizer.model_dump(mode="json")) for c in plan.cells)
+    if axis is not None:  # Muon: which LR the grids are (an AdamW sweep's plan is what it was)
+        totals["lr_axis"] = {"label": axis.label, "note": axis.note, "adamw_lr_ratio": axis.ratios}
     if as_json:
         print(json.dumps({"cells": rows, "totals": totals}, indent=2, default=str))
         return 0
@@ -293,6 +297,9 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any, memory
             ", ".join(f"{k}={_resource(k, v)}" for k, v in r["resources"].items()),
         )
     console.print(table)
+    if axis is not None:
+        console.print(f"learning rates (initial grid): {axis.label}" + (f", {axis.note}" if axis.note else ""),
+                      highlight=False)
     parts = []
     if "initial_gpu_hours" in cost:
         parts.append(f"{cost['initial_gpu_hours']:.3g} GPU-hours")

@@ -1,4 +1,6 @@
-"""`sweeper optima DIR`: per (method, size, seed) the grid-best and interpolated optimal learning rate."""
+"""`sweeper optima DIR`: per (method, size, seed) the grid-best and interpolated optimal learning rate; with
+them, where the sweep recorded them, the best point's LAMBADA perplexity and a looped model's loss at each
+evaluation loop count."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from sweeper.commands.cliargs import add_format
 
 COLUMNS = ("method", "size", "seed", "status", "best_lr", "best_loss", "best_loss_se", "within_noise", "neighbour_lr",
            "neighbour_gap", "neighbour_gap_se", "interp_lr", "interp_objective", "n_points", "n_diverged", "n_stalled",
-           "n_failed", "n_running", "params", "depth", "cell_id")
+           "n_failed", "n_running", "best_lambada_ppl", "best_loop_losses", "params", "depth", "cell_id")
 
 
 def register(subparsers: Any) -> None:
@@ -63,14 +65,18 @@ def run(args: argparse.Namespace) -> int:
     title = f"{manifest.name} ({args.dir}): optima"  # as `sweeper status` titles it
     title += f" · {simulated}" if simulated else ""
     table = Table(header_style="bold", title=title, title_justify="left")
-    for name in ("method", "size", "seed", "status", "best lr", "best loss ± SE", "vs neighbour",
+    counts = loop_counts(rows)  # a looped model evaluated at several loop counts: one more column
+    lambada = any(r.get("best_lambada_ppl") is not None for r in rows)
+    extra_columns = ([f"loss at T={'/'.join(map(str, counts))}"] if counts else []) + (["LAMBADA ppl"] if lambada else [])
+    for name in ("method", "size", "seed", "status", "best lr", "best loss ± SE", *extra_columns, "vs neighbour",
                  "interp lr", "interp objective", "pts", "div", "stall"):
         table.add_column(name, justify="left" if name in ("method", "size", "status", "vs neighbour") else "right",
                          no_wrap=True)
     for r in rows:
+        extra = ([loops_text(r, counts)] if counts else []) + ([fmt(r.get("best_lambada_ppl"), ".4g")] if lambada else [])
         table.add_row(
             r["method"], r["size"], str(r["seed"]), Text(status_text(r), style=STATUS_STYLE.get(r["status"], "")),
-            fmt(r["best_lr"], ".3g"), best_loss_text(r), neighbour_text(r), fmt(r["interp_lr"], ".3g"),
+            fmt(r["best_lr"], ".3g"), best_loss_text(r), *extra, neighbour_text(r), fmt(r["interp_lr"], ".3g"),
             fmt(r["interp_objective"], ".4f"), str(r["n_points"]), str(r["n_diverged"]),
             Text(str(r["n_stalled"]), style="magenta") if r["n_stalled"] else "0",
         )
@@ -94,10 +100,31 @@ def run(args: argparse.Namespace) -> int:
     if any(r["status"] == "fixed" for r in rows):
         console.print("fixed: a fixed-recipe cell (lr.fixed): its best lr is the recipe's, not an optimum",
                       highlight=False, style="dim")
+    if counts:
+        console.print(f"loss at T=...: the best point's final evaluation loss after {', '.join(map(str, counts))} "
+                      "iterations of the core (the best loss is the largest count's)", highlight=False, style="dim")
+    if lambada:
+        console.print("LAMBADA ppl: the best point's last-word perplexity on LAMBADA (exp of the mean negative "
+                      "log-likelihood of each passage's last word; eval.tasks)", highlight=False, style="dim")
     console.print("interp lr: the vertex of a parabola in log LR through the best grid point and its two neighbours; "
                   "interp objective: the parabola's value there (a model, not a measured loss: fits use the best loss)",
                   highlight=False, style="dim")
     return 0
+
+
+def loop_counts(rows: list[dict[str, Any]]) -> list[int]:
+    """Every loop count some cell's best point was evaluated at, ascending (none: no column)."""
+    from sweeper.core.rows import decode_loop_losses  # (see `run`)
+
+    return sorted({c for r in rows for c in (decode_loop_losses(r.get("best_loop_losses")) or {})})
+
+
+def loops_text(row: dict[str, Any], counts: list[int]) -> str:
+    """'3.521 3.310 3.224 3.201': the best point's loss at each count ('—' where it has none)."""
+    from sweeper.core.rows import decode_loop_losses  # (see `run`)
+
+    losses = decode_loop_losses(row.get("best_loop_losses")) or {}
+    return " ".join(f"{losses[c]:.3f}" if c in losses else "—" for c in counts) if losses else "—"
 
 
 def status_text(row: dict[str, Any]) -> str:

@@ -177,6 +177,11 @@ class PointRow:
     loss_batches: str | None = column("str", "the final evaluation's mean loss per eval batch, a JSON list (the "
                                              "same batches for every point of a sweep: differences pair up)",
                                       default=None)
+    loop_losses: str | None = column("str", "a looped model evaluated at several loop counts (eval_loops): the final "
+                                            "evaluation's loss at each, a JSON map {\"count\": loss} (`loss` is the "
+                                            "largest count's); null otherwise", default=None)
+    lambada_ppl: float | None = column("float", "LAMBADA last-word perplexity at the end of training (eval.tasks: "
+                                                "[lambada]); null unless ok or stalled with the task", default=None)
     point_id: str = field(init=False, compare=False)  # <cell id>/lr=<lr> (sweeper.core.ids.PointId)
 
     def __post_init__(self) -> None:
@@ -187,7 +192,7 @@ class PointRow:
         set_(self, "lr", canonical(lr))
         set_(self, "state", PointState(self.state))
         for name in ("objective", "loss", "loss_se", "accuracy", "init_loss", "started_at", "finished_at",
-                     "unigram_loss"):
+                     "unigram_loss", "lambada_ppl"):
             set_(self, name, finite(getattr(self, name)))
         set_(self, "train_seconds", finite(self.train_seconds) or 0.0)
         set_(self, "steps", _int(self.steps) or 0)
@@ -216,6 +221,10 @@ class PointRow:
         """The final evaluation's per-batch mean losses (None when not recorded)."""
         return decode_batches(self.loss_batches)
 
+    def loop_loss_map(self) -> dict[int, float] | None:
+        """{loop count: final evaluation loss} (None when not recorded)."""
+        return decode_loop_losses(self.loop_losses)
+
     def metrics(self) -> dict[str, Any]:
         """The ledger entry's `metrics` attribute (every final number of the point)."""
         return {
@@ -224,6 +233,7 @@ class PointRow:
             "train_seconds": self.train_seconds, "started_at": self.started_at, "finished_at": self.finished_at,
             "corpus": self.corpus, "lr": self.lr, "attempt": self.attempt, "loss_se": self.loss_se,
             "unigram_loss": self.unigram_loss, "loss_batches": self.loss_batches,
+            "loop_losses": self.loop_losses, "lambada_ppl": self.lambada_ppl,
         }
 
     @classmethod
@@ -242,7 +252,8 @@ class PointRow:
             tokens=metrics.get("tokens") or 0, train_seconds=metrics.get("train_seconds") or 0.0,
             started_at=metrics.get("started_at"), finished_at=metrics.get("finished_at"), corpus=metrics.get("corpus"),
             loss_se=metrics.get("loss_se"), unigram_loss=metrics.get("unigram_loss"),
-            loss_batches=metrics.get("loss_batches"),
+            loss_batches=metrics.get("loss_batches"), loop_losses=metrics.get("loop_losses"),
+            lambada_ppl=metrics.get("lambada_ppl"),
         )
 
     def columns(self) -> dict[str, Any]:
@@ -339,6 +350,25 @@ def decode_batches(text: str | None) -> list[float] | None:
         return None
     out = [finite(v) for v in values]
     return None if any(v is None for v in out) else out  # type: ignore[return-value]
+
+
+def encode_loop_losses(values: Mapping[str, float] | Mapping[int, float] | None) -> str | None:
+    """Losses by loop count as the store keeps them: a JSON map, counts ascending, 7 significant digits."""
+    if not values:
+        return None
+    items = sorted((int(k), finite(v)) for k, v in values.items())
+    return json.dumps({str(k): (float(f"{v:.7g}") if v is not None else None) for k, v in items}, separators=(",", ":"))
+
+
+def decode_loop_losses(text: str | None) -> dict[int, float] | None:
+    if not text:
+        return None
+    try:
+        values = json.loads(text)
+        out = {int(k): finite(v) for k, v in values.items()}
+    except (ValueError, AttributeError, TypeError):
+        return None
+    return None if not out or any(v is None for v in out.values()) else dict(sorted(out.items()))  # type: ignore[arg-type]
 
 
 def cell_status(decision: CellDecision | None, points: Iterable[PointRow]) -> CellStatus:

@@ -30,9 +30,9 @@ from sweeper.records.document import DocumentError, Int, Number, Record
 from sweeper.records.durable import write_json_atomic
 
 MANIFEST = "manifest.json"
-STORE_VERSION = 3  # 2: point and cell rows carry `loops`, and `depth` is always the number of blocks;
-#                   3: the `stalled` state, `loss_se`, `unigram_loss`, `loss_batches`, `n_stalled`, `eval_loss_se`
-#                   (see `sweeper.records.store`)
+STORE_VERSION = 4  # 2: point and cell rows carry `loops`, and `depth` is always the number of blocks;
+#                   3: the `stalled` state, `loss_se`, `unigram_loss`, `loss_batches`, `n_stalled`, `eval_loss_se`;
+#                   4: `loop_losses`, `lambada_ppl` (see `sweeper.records.store`)
 
 
 class CellEntry(Record):

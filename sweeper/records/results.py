@@ -10,6 +10,7 @@ less than 2 SEs of their difference is flagged (`sweeper.records.noise`).
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -70,9 +71,30 @@ def optima(sweep_dir: str | Path) -> list[dict[str, Any]]:
             "n_failed": sum(p.state is PointState.FAILED for p in pts),
             "n_infra_failed": sum(p.state is PointState.INFRA_FAILED for p in pts),
             "n_running": sum(p.state.is_active for p in pts),
+            # the best point's other final numbers: LAMBADA (eval.tasks), and a looped model's loss per loop count
+            "best_lambada_ppl": best_row.lambada_ppl if best_row else None,
+            "best_loop_losses": best_row.loop_losses if best_row else None,  # a JSON map {"count": loss}
         }
         rows.append((cell_order({**row, "loops": facts.loops}), row))
     return [row for _, row in sorted(rows, key=lambda item: item[0])]
+
+
+def lambada_by_size(sweep_dir: str | Path) -> list[dict[str, Any]]:
+    """Per (method, size), over the seeds whose best point has one: the LAMBADA perplexity of the best point
+    (geometric mean over seeds: exp of the mean per-word NLL) beside its loss (arithmetic mean), in the order
+    the tables list cells. Empty when the sweep recorded no LAMBADA perplexity."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in optima(sweep_dir):  # already in table order
+        if row.get("best_lambada_ppl") is not None and row.get("best_loss") is not None:
+            groups.setdefault((row["method"], row["size"]), []).append(row)
+    out = []
+    for (method, size), rows in groups.items():
+        out.append({
+            "method": method, "size": size, "params": rows[0].get("params"), "seeds": [r["seed"] for r in rows],
+            "loss": sum(r["best_loss"] for r in rows) / len(rows),
+            "lambada_ppl": math.exp(sum(math.log(r["best_lambada_ppl"]) for r in rows) / len(rows)),
+        })
+    return out
 
 
 def noise_note() -> str:

@@ -34,6 +34,8 @@ read as version 2 would write them, with the number of blocks unknown, and `swee
 rebuilds such a store from the ledger before it appends to it. Version 3 added the point state
 `stalled` and the columns `loss_se`, `unigram_loss`, `loss_batches` (points), `n_stalled`
 (cells) and `eval_loss_se` (curves); a version-2 store reads them as null and is continued as it is.
+Version 4 added the point columns `loop_losses` (a looped model's final loss at each evaluation loop count)
+and `lambada_ppl` (LAMBADA perplexity, `eval.tasks`); older stores read them as null.
 The point state and cell status `infra_failed` came later without a new version (no column changed):
 an older reader fails only on a store that holds one.
 """
@@ -114,7 +116,8 @@ def _write_frame(frame: pl.DataFrame, path: Path) -> None:
 # Columns added since version 1, by the version that added them: a chunk written before reads them
 # as null. Any other column missing, or a column the schema does not know, is a damaged chunk (the
 # footer that names the columns carries no checksum: a flipped bit there renames a column).
-ADDED_COLUMNS = {"loops": 2, "loss_se": 3, "unigram_loss": 3, "loss_batches": 3, "n_stalled": 3, "eval_loss_se": 3}
+ADDED_COLUMNS = {"loops": 2, "loss_se": 3, "unigram_loss": 3, "loss_batches": 3, "n_stalled": 3, "eval_loss_se": 3,
+                 "loop_losses": 4, "lambada_ppl": 4}
 
 
 def _columns(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:

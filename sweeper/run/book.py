@@ -38,7 +38,7 @@ from enum import Enum
 
 from models.family import get_family
 from sweeper.core.ids import cell_of
-from sweeper.core.rows import CellRow, CurvePoint, PointRow, cell_status, encode_batches, finite
+from sweeper.core.rows import CellRow, CurvePoint, PointRow, cell_status, encode_batches, encode_loop_losses, finite
 from sweeper.core.states import CellStatus, PointState
 from sweeper.core.grid import CellDecision, GridPoint
 from sweeper.search.bracketing import decide
@@ -502,6 +502,9 @@ class CellBook:
                                 "exact": final.unigram_exact, "kind": None, "fingerprint": final.corpus}
             if loss is not None and final.loss_batches:
                 numbers["loss_batches"] = encode_batches(final.loss_batches)
+            if loss is not None:  # the final evaluation's other numbers: by loop count, LAMBADA
+                numbers["loop_losses"] = encode_loop_losses(final.loop_losses)
+                numbers["lambada_ppl"] = final.lambada_ppl
         corpus = numbers["corpus"]
         if corpus and self.expected_corpus is None:
             self.expected_corpus = str(corpus)
@@ -510,7 +513,8 @@ class CellBook:
             reason = (f"data fingerprint {corpus} differs from the sweep's {self.expected_corpus}: "
                       "the corpus changed since the sweep started")
             loss = objective = loss_se = None
-            numbers.pop("loss_batches", None)
+            for key in ("loss_batches", "loop_losses", "lambada_ppl"):
+                numbers.pop(key, None)
             self.notes.append(f"{row.point_id}: {reason}")
         new = self._set(row, event, reason=reason, diverged_step=diverged_step, loss=loss, objective=objective,
                         loss_se=loss_se, finished_at=now, **numbers)

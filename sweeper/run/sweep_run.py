@@ -63,7 +63,7 @@ class TrialConfig:
         cell = self.cell
         train = cell.train if self.micro_batch is None else cell.train.model_copy(update={"micro_batch": self.micro_batch})
         spec = TrialSpec(model=cell.model, train=train, data=cell.data, divergence=cell.divergence,
-                         lrs=list(self.lrs), seed=cell.seed, point_ids=list(self.point_ids))
+                         lrs=list(self.lrs), seed=cell.seed, point_ids=list(self.point_ids), eval=cell.eval)
         resources = dict(cell.resources) if self.gpu is None else {**cell.resources, "GPU": self.gpu}
         config: dict[str, Any] = {"spec": spec.to_dict(), "cell_id": cell.cell_id, "resources": resources}
         if self.storage is not None:

@@ -75,8 +75,11 @@ def cell_shape(cell: Any, micro_batch: int | None = None) -> TrialShape:
     """The memory-relevant shape of one trial of `cell` (with another micro-batch, to find one that fits)."""
     micro = micro_batch if micro_batch is not None else getattr(cell.train, "micro_batch", None)
     gpu = on_gpu(cell)
+    counts = count_params(cell.model)
+    muon = cell.train.optimizer.kind == "muon"  # Muon's matrices hold one momentum buffer, not two moments
     return TrialShape(
-        family=cell.family, params=cell.params, params_matmul=count_params(cell.model)["matmul"], width=cell.width,
+        family=cell.family, params=cell.params, params_matmul=counts["matmul"], width=cell.width,
+        params_muon=counts["hidden"] if muon else 0,
         layers=activation_layers(cell),
         vocab=cell.model.vocab, seq_len=cell.model.seq_len,
         micro_sequences=min(cell.train.batch_size, micro or cell.train.batch_size),

@@ -27,8 +27,9 @@ from sweeper.core.errors import UserError
 from sweeper.core.grid import LRPolicy
 from sweeper.core.ids import cell_id, point_id, size_labels
 from sweeper.core.rows import CellFacts
+from sweeper.spec import catalog
 from sweeper.spec.schema import BYTE_VOCAB, MethodSpec, SweepConfig, deep_merge, resolve_path
-from trials.config import DataConfig, DivergenceConfig, TrainConfig
+from trials.config import DataConfig, DivergenceConfig, EvalConfig, TrainConfig
 from trials.data.tokenizer import load_tokenizer
 from trials.errors import TrialInputError
 
@@ -65,6 +66,7 @@ class Cell:
     steps_per_point: int
     compat: dict[str, Any] = field(repr=False)
     fingerprint: str = ""
+    eval: EvalConfig = EvalConfig()  # evaluations at each trial's end (eval.tasks)
 
     def point_id(self, lr: float) -> str:
         return point_id(self.cell_id, lr)
@@ -120,6 +122,16 @@ def resolved_data(data: DataConfig, base: Path) -> DataConfig:
     if data.tokenizer and data.tokenizer.startswith((".", "/", "~")):
         updates["tokenizer"] = resolve_path(data.tokenizer, base)
     return data.model_copy(update=updates) if updates else data
+
+
+def resolved_eval(evaluation: EvalConfig, base: Path) -> EvalConfig:
+    """The evaluations with LAMBADA's local file and tokenizer paths made absolute (trials run elsewhere)."""
+    lambada, updates = evaluation.lambada, {}
+    if lambada.path:
+        updates["path"] = resolve_path(lambada.path, base)
+    if lambada.tokenizer and lambada.tokenizer.startswith((".", "/", "~")):
+        updates["tokenizer"] = resolve_path(lambada.tokenizer, base)
+    return evaluation.model_copy(update={"lambada": lambada.model_copy(update=updates)}) if updates else evaluation
 
 
 def resolve_vocab(cfg: SweepConfig, data: DataConfig) -> int:
@@ -204,17 +216,35 @@ def _tokens(train: TrainConfig, model: ModelConfig, counts: dict[str, int]) -> t
     return steps * per_step, steps
 
 
-def compat_of(model: ModelConfig, train: TrainConfig, data: DataConfig, divergence: DivergenceConfig) -> dict[str, Any]:
-    """The settings two results of one cell must share to be comparable."""
+def compat_of(model: ModelConfig, train: TrainConfig, data: DataConfig, divergence: DivergenceConfig,
+              evaluation: EvalConfig | None = None) -> dict[str, Any]:
+    """The settings two results of one cell must share to be comparable (the evaluations only when a sweep
+    asks for some: without, a cell's fingerprint is what it was before `eval` existed)."""
     train_dump = train.model_dump(mode="json")
     for key in NON_RESULT_TRAIN_KEYS:
         train_dump.pop(key, None)
-    return {
+    out = {
         "model": json.loads(json.dumps(model.to_dict(), default=str)),
         "train": train_dump,
         "data": data.model_dump(mode="json"),
         "divergence": divergence.model_dump(mode="json"),
     }
+    if evaluation is not None and evaluation.tasks:
+        out["eval"] = evaluation.model_dump(mode="json")
+    return out
+
+
+def label_budget(train: TrainConfig, size: str) -> TrainConfig:
+    """`budget_params: label` made concrete for one size: `tokens_per_param` x the count its name states,
+    as `train.tokens` (UserError for a size whose name states none)."""
+    if train.budget_params != "label" or train.tokens_per_param is None:
+        return train
+    named = catalog.named_sizes().get(size)
+    nominal = named.nominal_params if named is not None else None
+    if nominal is None:
+        raise UserError(f"train.budget_params: label multiplies the parameter count a named size's label states "
+                        f"(parcae-140M: 140M); size {size!r} states none: give budget_params total or nonembed")
+    return train.model_copy(update={"tokens": round(train.tokens_per_param * nominal), "tokens_per_param": None})
 
 
 def fingerprint_of(compat: dict[str, Any]) -> str:
@@ -225,6 +255,7 @@ def build_plan(cfg: SweepConfig, *, output: str | None = None, base: Path | None
                source: Path | None = None) -> Plan:
     base = base or Path.cwd()
     data = resolved_data(cfg.data, base)
+    evaluation = resolved_eval(cfg.eval, base)
     vocab = resolve_vocab(cfg, data)
     shapes = _shapes(cfg)
     cells: list[Cell] = []
@@ -232,21 +263,21 @@ def build_plan(cfg: SweepConfig, *, output: str | None = None, base: Path | None
     for method in cfg.methods:
         policy_section = cfg.lr_for(method)
         policy = policy_section.to_policy()
-        train = cfg.train_for(method)
         divergence = cfg.divergence_for(method)
         for rank, (size, depth, width, heads, mlp_hidden, extra) in enumerate(shapes):
             model = _model_config(cfg, method, depth=depth, width=width, heads=heads, mlp_hidden=mlp_hidden, vocab=vocab,
                                   extra=extra)
             try:
+                train = label_budget(cfg.train_for(method, size), size)
                 counts = count_params(model)
                 fpt = flops_per_token(model)
-            except (ValueError, KeyError) as exc:
+            except (ValueError, KeyError, UserError) as exc:
                 where = f"{source}: " if source else ""
-                problems.append(f"{where}methods: {method.name} at size {size}: {exc}")
+                problems.append(f"{where}methods: {method.name} at size {size}: {getattr(exc, 'message', exc)}")
                 continue
             tokens, steps = _tokens(train, model, counts)
             resources, memory_gb = _resources(cfg, size, depth)
-            compat = compat_of(model, train, data, divergence)
+            compat = compat_of(model, train, data, divergence, evaluation)
             loops = cfg.model.loops[rank] if cfg.model.loops is not None else None
             for seed in cfg.seeds:
                 cells.append(
@@ -259,7 +290,7 @@ def build_plan(cfg: SweepConfig, *, output: str | None = None, base: Path | None
                         prior=policy_section.prior, resources=resources, memory_gb=memory_gb,
                         params=counts["total"], params_nonembed=counts["nonembed"], flops_per_token=fpt,
                         tokens_per_point=tokens, steps_per_point=steps, compat=compat,
-                        fingerprint=fingerprint_of(compat),
+                        fingerprint=fingerprint_of(compat), eval=evaluation,
                     )
                 )
     if problems:

@@ -12,7 +12,7 @@ from typing import Any
 
 from models import registry
 from models.config import swiglu_hidden
-from models.named import named_configs
+from models.named import named_configs, nominal_params
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,7 @@ class NamedShape:
     mlp_hidden: int
     family: str = "llama"
     extra: tuple[tuple[str, Any], ...] = ()
+    nominal_params: int | None = None  # the count the name states (`parcae-140M`: 140M), for budget_params: label
 
 
 @lru_cache(maxsize=1)
@@ -34,7 +35,7 @@ def named_sizes() -> dict[str, NamedShape]:
     """The named model sizes of `models.named` (a torch-free module) by name."""
     return {
         name: NamedShape(width=c.width, depth=c.depth, heads=c.n_heads, mlp_hidden=c.mlp_hidden or swiglu_hidden(c.width),
-                         family=c.family, extra=tuple(sorted(c.extra.items())))
+                         family=c.family, extra=tuple(sorted(c.extra.items())), nominal_params=nominal_params(name))
         for name, c in named_configs().items()
     }
 

@@ -17,15 +17,18 @@ evaluation, L compiled block calls."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
-
+from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 from torch.profiler import ProfilerActivity, profile
 
 from models import ModelConfig
-from trials.config import DataConfig, TrainConfig
+from trials.compiled import BLOCK_ENTRIES_BOUND, BLOCK_RECOMPILE_LIMIT
+from trials.config import DataConfig, EvalConfig, LambadaConfig, OptimizerConfig, TrainConfig
 from trials.spec import TrialSpec
 from trials.train import Trial
 
@@ -78,3 +81,35 @@ def test_six_configurations_in_one_process_all_run_compiled() -> None:
     assert len(seen) == 6
     assert compiled_regions(trial.evaluate) == 2  # the last trial's depth-2 blocks, no gradients
     print(f"6 configurations in {time.perf_counter() - started:.1f} s")
+
+
+@pytest.mark.slow
+def test_a_parcae_trial_stays_within_the_block_entries_bound(tmp_path: Path) -> None:
+    """Every case the bound of `trials.compiled` counts, in one compiled trial of a looped model with Parcae's
+    blocks: blocks with and without a value table, Mix-LN's two wirings, a micro-batch with a smaller last chunk
+    (batch 4 in micro-batches of 3), training with and without gradients (the no-grad loops), the evaluation at
+    four loop counts and LAMBADA's padded chunk. The block's cache stays within the bound (and far under the
+    limit), and LAMBADA's forward passes run compiled."""
+    path = tmp_path / "lambada.jsonl"
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in (
+        "the cat sat on the mat and looked at the dog", "she opened the door and saw her old friend john",
+        "in the morning the sun rose over the quiet hills")))
+    model = ModelConfig(family="looped", scheme="mixln", width=32, depth=4, n_heads=2, vocab=256, seq_len=32,
+                        mlp_hidden=128, norm_eps=1e-5,
+                        extra={"prelude": 1, "core": 2, "coda": 1, "eval_loops": [1, 2, 4, 8], "mean_loops": 3,
+                               "max_loops": 8, "backprop_loops": 2, "value_embeddings": True, "qk_norm": True,
+                               "mlp": "relu2", "tie_embeddings": True, "init": "scaled_zero_orthogonal",
+                               "prelude_norm": True, "state_init": "like_weights", "loop_sampling": "per_sequence"})
+    train = TrainConfig(steps=4, batch_size=4, micro_batch=3, eval_every=2, eval_batches=2, compile=True,
+                        optimizer=OptimizerConfig(kind="muon"))
+    spec = TrialSpec(model=model, train=train, data=DataConfig(source="builtin"), lrs=[1e-3, 3e-3], seed=0,
+                     eval=EvalConfig(tasks=("lambada",), lambada=LambadaConfig(source="jsonl", path=str(path))))
+    trial = Trial(spec)
+    results = trial.run()
+    assert all(r.lambada_ppl is not None and r.loop_losses for r in results)
+    code = trial.model.blocks[0].forward.__func__._torchdynamo_orig_callable.__code__
+    entries = len(_debug_get_cache_entry_list(code))
+    assert 8 <= entries <= BLOCK_ENTRIES_BOUND < BLOCK_RECOMPILE_LIMIT, entries
+    trial.model.eval()
+    calls = 1 + 2 * 8 + 1  # prelude, the core at the largest eval count, coda: one padded chunk of 3 passages
+    assert compiled_regions(lambda: trial.tasks.lambada_perplexity(trial.model, trial._autocast)) == calls

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from models import ModelConfig, build_model
+from models import ModelConfig, build_model, count_params
 from trials.data.cache import digest
 from trials.footprint import TrialShape, footprint, shape_key
 from trials.muon import MuonRule, StackedMuon, is_muon_param
@@ -22,12 +22,19 @@ def held_bytes(model: torch.nn.Module, opt: StackedAdamW | StackedMuon) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-@pytest.mark.parametrize("family", ["llama", "looped", "vit"])
+PARCAE_BLOCKS = {"mlp": "relu2", "qk_norm": True, "value_embeddings": True, "tie_embeddings": True,
+                 "init": "scaled_zero_orthogonal"}
+
+
+@pytest.mark.parametrize("family", ["llama", "looped", "vit", "parcae"])
 def test_state_bytes_of_adamw_and_muon(family: str) -> None:
     cfg = {
         "llama": ModelConfig(scheme="layerrope", width=32, depth=2, n_heads=2, vocab=48, seq_len=16),
         "looped": ModelConfig(family="looped", scheme="pre", width=32, depth=3, n_heads=2, vocab=48, seq_len=16,
                               extra={"prelude": 1, "core": 1, "coda": 1}),
+        "parcae": ModelConfig(family="looped", scheme="layerrope", width=32, depth=3, n_heads=2, vocab=48, seq_len=16,
+                              mlp_hidden=128, extra={"prelude": 1, "core": 1, "coda": 1, "prelude_norm": True,
+                                                     **PARCAE_BLOCKS}),
         "vit": ModelConfig(family="vit", scheme="layerrope", depth=2, vocab=5, seq_len=17, width=32, n_heads=2,
                            extra={"image_size": 16, "patch_size": 4}),
     }[family]
@@ -35,9 +42,10 @@ def test_state_bytes_of_adamw_and_muon(family: str) -> None:
     n = sum(p.numel() for p in model.parameters())
     n_muon = sum(s.param.numel() for s in model.param_specs() if is_muon_param(s))
     assert 0 < n_muon < n
+    assert count_params(cfg)["hidden"] == n_muon  # what the planner's memory model gives Muon (sweeper.search.memory)
     for p in model.parameters():
         p.grad = torch.zeros_like(p)
-    shape = TrialShape(family=family, params=n, params_matmul=n_muon, width=32, layers=2, vocab=cfg.vocab, seq_len=16,
+    shape = TrialShape(family=cfg.family, params=n, params_matmul=n_muon, width=32, layers=2, vocab=cfg.vocab, seq_len=16,
                        micro_sequences=4, bf16=False, cuda=False, fused_loss=False)
     adamw = StackedAdamW(model.param_specs(), [1e-3])
     assert held_bytes(model, adamw) == footprint(shape).per_member["weights_grads_adam"] == 16 * n

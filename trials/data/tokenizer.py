@@ -41,6 +41,10 @@ class Tokenizer(ABC):
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
         """Token ids of each text, end-of-document token appended when the tokenizer has one."""
 
+    @abstractmethod
+    def encode_plain(self, texts: list[str]) -> list[np.ndarray]:
+        """Token ids of each text alone, no end-of-document token (a passage and its prefix, `trials.lambada`)."""
+
 
 class ByteTokenizer(Tokenizer):
     vocab = 256
@@ -53,6 +57,9 @@ class ByteTokenizer(Tokenizer):
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
         return [self.encode_bytes(t.encode("utf-8", errors="replace")) for t in texts]
+
+    def encode_plain(self, texts: list[str]) -> list[np.ndarray]:
+        return [np.frombuffer(t.encode("utf-8", errors="replace"), dtype=np.uint8) for t in texts]
 
 
 class HFTokenizer(Tokenizer):
@@ -67,13 +74,19 @@ class HFTokenizer(Tokenizer):
             self.fingerprint += f"-text{self.vocab}"
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+        tail = [self.eos] if self.eos is not None else []
+        return [np.asarray(ids + tail, dtype=self.dtype) for ids in self._ids(texts)]
+
+    def encode_plain(self, texts: list[str]) -> list[np.ndarray]:
+        return [np.asarray(ids, dtype=self.dtype) for ids in self._ids(texts)]
+
+    def _ids(self, texts: list[str]) -> list[list[int]]:
         out = []
         for enc in self.tokenizer.encode_batch(texts, add_special_tokens=False):
             ids = enc.ids
             if self.vocab < self.full_vocab and max(ids, default=0) >= self.vocab:
                 ids = [i for i in ids if i < self.vocab]
-            ids = ids + ([self.eos] if self.eos is not None else [])
-            out.append(np.asarray(ids, dtype=self.dtype))
+            out.append(list(ids))
         return out
 
 

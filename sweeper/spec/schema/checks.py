@@ -201,8 +201,12 @@ def cross_problems(sec: Sections, base: Path) -> list[Problem]:
                     model.model_validate(merged)
                 except ValidationError as exc:
                     out.extend(problems_from(exc, model, ("methods", i, section)))
+    if sec.has("model", "train", "methods"):
+        out.extend(_size_train_problems(sec.model, sec.train, sec.methods))
     if sec.has("data"):
         out.extend(data_problems(sec.data, base))
+    if sec.has("eval"):
+        out.extend(_eval_problems(sec, base))
     if sec.has("model"):
         out.extend(_shape_problems(sec.model))
         out.extend(_family_problems(sec.model))
@@ -258,6 +262,57 @@ def cross_problems(sec: Sections, base: Path) -> list[Problem]:
             out.append(Problem(("ray",), "num_cpus/num_gpus describe a local Ray; drop them when giving an address"))
     if sec.has("output") and sec.output is not None and not sec.output.strip():
         out.append(Problem(("output",), "must not be empty"))
+    return out
+
+
+def _size_train_problems(model: ModelSection, train: TrainConfig, methods: list[MethodSpec]) -> list[Problem]:
+    """Each size's `train` overrides over every method's training settings, and `budget_params: label`
+    (the count a named size's label states) at every size, read as the planner reads them."""
+    out: list[Problem] = []
+    base = train.model_dump(exclude_none=True)
+    sizes = model.sizes or []
+    for method in methods:
+        merged_method = merge_train(base, method.train) if method.train else base
+        for i, size in enumerate(sizes):
+            merged = merge_train(merged_method, size.train) if size.train else merged_method
+            try:
+                resolved = TrainConfig.model_validate(merged)
+            except ValidationError as exc:
+                out.extend(problems_from(exc, TrainConfig, ("model", "sizes", i, "train")))
+                return out  # one method's view is enough: the same patch
+            if resolved.budget_params == "label" and resolved.tokens_per_param is not None:
+                shape = catalog.named_sizes().get(size.name)
+                if shape is None or shape.nominal_params is None:
+                    out.append(Problem(("train", "budget_params"), f"label multiplies the parameter count a named "
+                                       f"size's label states (parcae-140M: 140M); size {size.name!r} states none: give "
+                                       "total or nonembed"))
+                    return out
+    if not sizes and train.budget_params == "label" and train.tokens_per_param is not None:
+        out.append(Problem(("train", "budget_params"), "label multiplies the parameter count a named size's label "
+                           "states; a depth or loop-count sweep has no named sizes: give total or nonembed"))
+    return out
+
+
+def _eval_problems(sec: Sections, base: Path) -> list[Problem]:
+    """`eval.tasks` against the model family and the data (LAMBADA scores a language model through the
+    tokenizer its ids come from), and the local files it names."""
+    out: list[Problem] = []
+    evaluation = sec.eval
+    if not evaluation.tasks:
+        return out
+    if sec.has("model") and get_family(sec.model.family).data_kind != "tokens":
+        out.append(Problem(("eval", "tasks"), f"{', '.join(evaluation.tasks)} score a language model; the "
+                           f"{sec.model.family} family classifies images"))
+    lambada = evaluation.lambada
+    if "lambada" in evaluation.tasks:
+        if sec.has("data") and sec.data.source == "tokens" and not (lambada.tokenizer or sec.data.tokenizer):
+            out.append(Problem(("eval", "lambada", "tokenizer"), "pre-tokenized data (source 'tokens') does not say "
+                               "which tokenizer made its ids: give it here or as data.tokenizer"))
+        if lambada.source == "jsonl" and lambada.path and not os.path.exists(resolve_path(lambada.path, base)):
+            out.append(MissingFile(("eval", "lambada", "path"), f"no such file: {resolve_path(lambada.path, base)}"))
+        if lambada.tokenizer and looks_local(lambada.tokenizer) and not os.path.exists(resolve_path(lambada.tokenizer, base)):
+            out.append(MissingFile(("eval", "lambada", "tokenizer"),
+                                   f"no such file or directory: {resolve_path(lambada.tokenizer, base)}"))
     return out
 
 

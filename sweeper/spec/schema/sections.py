@@ -219,13 +219,17 @@ def _size_entry(value: Any) -> Any:
 
 
 class SizeSpec(Strict):
-    """A named model size (`58M`, `130M`, `350M`, `1.3B`) or an explicit shape with a name."""
+    """A named model size (`58M`, `130M`, `350M`, `1.3B`) or an explicit shape with a name; optionally the
+    training settings of this size (`train`, over the method's, e.g. a recipe's per-size AdamW LR)."""
 
     name: Name
     width: Annotated[int, Field(ge=1, le=MAX_WIDTH)] | None = None
     depth: Annotated[int, Field(ge=1, le=MAX_DEPTH)] | None = None
     heads: Annotated[int, Field(ge=1, le=1024)] | None = None
     mlp_hidden: Annotated[int, Field(ge=1, le=16 * MAX_WIDTH)] | None = None
+    train: dict[str, Any] | None = Field(
+        None, description="overrides of the `train` section at this size, over the method's (e.g. "
+                          "`{optimizer: {muon: {adamw_lr_ratio: 0.75}}}`)")
 
     @model_validator(mode="after")
     def _resolvable(self) -> "SizeSpec":

@@ -19,7 +19,7 @@ from sweeper.spec.schema.sections import (
     TrackingSection,
     _method_entry,
 )
-from trials.config import DataConfig, DivergenceConfig, TrainConfig
+from trials.config import DataConfig, DivergenceConfig, EvalConfig, TrainConfig
 
 
 def _seeds(value: Any) -> Any:
@@ -49,6 +49,8 @@ class SweepConfig(Strict):
     train: TrainConfig
     lr: LRSection = LRSection()
     divergence: DivergenceConfig = DivergenceConfig()
+    eval: EvalConfig = Field(EvalConfig(), description="evaluations beyond the validation loss, at each trial's end "
+                                                       "(`tasks: [lambada]`: LAMBADA's last-word perplexity)")
     resources: Resources = Resources()
     stack: IntOrAuto = Field("auto", description="learning rates trained together as one stacked model")
     max_stack: Annotated[int, Field(ge=1, le=64)] = Field(8, description="upper limit for stack: auto")
@@ -80,10 +82,16 @@ class SweepConfig(Strict):
             return self.lr
         return LRSection.model_validate(deep_merge(self.lr.model_dump(), method.lr))
 
-    def train_for(self, method: MethodSpec) -> TrainConfig:
-        if not method.train:
+    def train_for(self, method: MethodSpec, size: str | None = None) -> TrainConfig:
+        """The training settings of `method`'s cells (at `size`: with that size's `train` overrides too)."""
+        patch = next((s.train for s in self.model.sizes or [] if s.name == size and s.train), None)
+        if not method.train and not patch:
             return self.train
-        return TrainConfig.model_validate(merge_train(self.train.model_dump(exclude_none=True), method.train))
+        merged = self.train.model_dump(exclude_none=True)
+        for given in (method.train, patch):
+            if given:
+                merged = merge_train(merged, given)
+        return TrainConfig.model_validate(merged)
 
     def divergence_for(self, method: MethodSpec) -> DivergenceConfig:
         if not method.divergence:

@@ -87,3 +87,27 @@ def test_rows_go_through_the_store_unchanged(tmp_path):
     stored = load_points(tmp_path)
     assert stored.height == 1 and PointRow.from_columns(stored.row(0, named=True)) == rows[1]
     assert CellRow.from_columns(load_cells(tmp_path).row(0, named=True)).status is CellStatus.EDGE
+
+
+def test_loop_losses_and_lambada_go_through_ledger_and_store_and_older_stores_read_them_as_null(tmp_path):
+    from sweeper.core.rows import encode_loop_losses
+    import polars as pl
+    from sweeper.records.durable import write_parquet_atomic
+
+    losses = encode_loop_losses({"8": 3.25, "1": 3.5, "2": 3.375, "4": 3.3125})
+    assert losses == '{"1":3.5,"2":3.375,"4":3.3125,"8":3.25}'  # counts ascending, as numbers
+    row = PointRow(CELL, 1e-3, "ok", attempt=1, objective=3.25, loss=3.25, loop_losses=losses, lambada_ppl=41.5)
+    assert row.loop_loss_map() == {1: 3.5, 2: 3.375, 4: 3.3125, 8: 3.25}
+    back = PointRow.from_ledger(CELL, row.lr, row.state, attempt=1, tune_trial_id=None, objective=3.25,
+                                metrics=row.metrics())
+    assert back == row and PointRow.from_columns(row.columns()) == row
+    assert PointRow(CELL, 1e-3, "ok", objective=3.0, lambada_ppl=math.inf).lambada_ppl is None
+    writer = StoreWriter(tmp_path)
+    writer.append_points([row])
+    assert PointRow.from_columns(load_points(tmp_path).row(0, named=True)) == row
+    # a chunk written by store version 3 has neither column: its rows read them as null
+    old = pl.DataFrame([{"seq": 9, **row.columns()}]).drop("loop_losses", "lambada_ppl")
+    write_parquet_atomic(old.to_arrow(), tmp_path / "store" / "points" / f"{99:012d}.parquet")
+    stored = load_points(tmp_path)
+    last = PointRow.from_columns(stored.row(stored.height - 1, named=True))
+    assert last.loop_losses is None and last.lambada_ppl is None and last.loss == 3.25

@@ -55,7 +55,7 @@ def test_a_manifest_the_untyped_writer_wrote_reads_and_writes_back_byte_for_byte
 def test_the_fields_of_a_trained_sweeps_manifest() -> None:
     data = json.loads(TRAINED.read_text())
     manifest = Manifest.from_json(data)
-    assert manifest.store_version == STORE_VERSION and manifest.name == data["name"]
+    assert manifest.store_version == data["store_version"] and manifest.name == data["name"]
     assert manifest.corpus == data["corpus"] and manifest.ledger == data["ledger"]
     assert manifest.x == "depth" and not manifest.loop_axis and manifest.keep_weights == "best"
     assert not manifest.is_simulated and manifest.simulated_label is None
@@ -155,5 +155,5 @@ def test_a_manifest_that_is_not_an_object(tmp_path: Path) -> None:
     # checked before the types: a foreign file, and a newer version whose types may have changed
     with pytest.raises(UserError, match="no store_version; not written by layerrope-sweeper"):
         read_manifest(_dir(tmp_path, json.dumps({"cells": []}), "foreign"))
-    with pytest.raises(UserError, match="store version 4 was written by a newer layerrope-sweeper"):
-        read_manifest(_dir(tmp_path, json.dumps({"store_version": 4, "cells": []}), "newer"))
+    with pytest.raises(UserError, match=f"store version {STORE_VERSION + 1} was written by a newer layerrope-sweeper"):
+        read_manifest(_dir(tmp_path, json.dumps({"store_version": STORE_VERSION + 1, "cells": []}), "newer"))

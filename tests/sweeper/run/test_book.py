@@ -42,7 +42,9 @@ def final(rows: list[PointRow], *, diverge_above: float = 1.0, stall_above: floa
         results.append(PointResult(r.point_id, r.lr, outcome, loss, loss if outcome == "ok" else None, None, 5.5,
                                    7 if diverged else None, reason, 30, 3840, 3.0, corpus, 1, 1, 1.0,
                                    loss_se=None if diverged else 0.05, unigram_entropy=5.2, unigram_loss=5.02,
-                                   loss_batches=None if diverged else [loss - 0.1, loss + 0.1]))
+                                   loss_batches=None if diverged else [loss - 0.1, loss + 0.1],
+                                   loop_losses=None if diverged else {"1": loss + 1.0, "8": loss},
+                                   lambada_ppl=None if diverged else math.exp(loss + 2.0)))
     return StepReport(30, 3840, 3.0, members, True, results=results)
 
 
@@ -75,6 +77,8 @@ def test_a_cell_is_bracketed_and_every_change_says_what_to_record():
         assert ops == [LedgerOp.ASSIGN, LedgerOp.START, LedgerOp.FINISH]
         assert row.objective == pytest.approx(loss_at(row.lr)) and row.init_loss == 5.5 and row.attempt == 1
         assert row.finished_at == 2.0 and row.started_at == 1.0 and row.steps == 30
+        assert row.loop_loss_map() == {1: pytest.approx(row.loss + 1.0), 8: pytest.approx(row.loss)}
+        assert row.lambada_ppl == pytest.approx(math.exp(row.loss + 2.0))
     # The cell's row is the one every reader derives from the same points (the shared fold).
     [row] = b.cell_rows(now=5.0)
     policy = b.cells["pre/L2/s0"].policy

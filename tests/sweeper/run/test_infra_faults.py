@@ -15,7 +15,7 @@ from sweeper.records.ledger import storage_url
 from sweeper.records.store import load_points
 from sweeper.run.sweep_run import SWEEP_DONE, SweepRun
 from sweeper.search.bracketing import decide
-from tests.run.driving import end, make_sweep, next_config
+from tests.sweeper.run.driving import end, make_sweep, next_config
 from trials.infra import kind_of_text
 
 CELL = "pre/L2/s0"

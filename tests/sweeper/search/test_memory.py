@@ -57,6 +57,18 @@ def test_the_terms_of_a_gpu_trial_at_depth_512(tmp_path: Path) -> None:
     assert big.chunk(1) / GiB == pytest.approx(2.25, rel=0.01)
 
 
+def test_a_muon_cell_counts_one_momentum_buffer_for_its_hidden_matrices(tmp_path: Path) -> None:
+    """`cell_shape` gives the memory model Muon's parameters (the blocks' matrices, one buffer each instead of
+    AdamW's two moments); an AdamW cell's shape is what it was (params_muon 0, the same measured-peak key)."""
+    adamw = cell_of(gpu_sweep(micro_batch=16), tmp_path / "adamw")
+    muon = cell_of(gpu_sweep(micro_batch=16, optimizer={"kind": "muon"}), tmp_path / "muon")
+    d, layers = 128, 512
+    assert cell_shape(adamw).params_muon == 0
+    assert cell_shape(muon).params_muon == layers * (4 * d * d + 3 * d * muon.model.hidden)
+    held = estimate(muon).model.per_member["weights_grads_adam"]
+    assert held == 16 * muon.params - 4 * cell_shape(muon).params_muon < estimate(adamw).model.per_member["weights_grads_adam"]
+
+
 def test_an_h200_holds_more_members_than_the_old_80_gib_guess(tmp_path: Path) -> None:
     cell = cell_of(gpu_sweep(micro_batch=16), tmp_path)
     h200 = device_memory(140.4)

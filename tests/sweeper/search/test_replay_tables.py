@@ -22,7 +22,7 @@ from sweeper.core.errors import UserError
 from sweeper.core.grid import LRPolicy
 from sweeper.search.replay import floor_points, replay, table_from_frame
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 R2 = math.sqrt(2)
 
 

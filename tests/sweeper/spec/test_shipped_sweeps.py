@@ -1,6 +1,6 @@
 """Every sweep YAML shipped in sweeps/ validates as it stands (the README tells users to launch
-them), and the ones that need local data (ImageNet, a prepared C4 token corpus) say exactly which
-path is missing, and for a token corpus how to prepare it."""
+them), and the ones that need local data (ImageNet, a prepared C4 token corpus, Parcae's own tokenizer)
+say exactly which path is missing, and for a token corpus how to prepare it."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ from sweeper.spec.schema import load_sweep
 SWEEPS = Path(__file__).resolve().parents[3] / "sweeps"
 NEEDS_LOCAL_DATA = {"vit.yaml": "/data/imagenet/train", "vit-study.yaml": "/data/imagenet/train", "depth.yaml": "/data/c4-en-t5-9B", "ladder.yaml": "/data/c4-en-t5-110B"}
 PREPARED = {"depth.yaml", "ladder.yaml"}  # token corpora made by `sweeper data prepare` (the command is in the file)
+# Parcae's own 32,768-id tokenizer, which users supply (the files say how): relative to the working directory
+NEEDS_TOKENIZER = {name: "tokenizers/parcae-32768.json" for name in
+                   ("parcae.yaml", "parcae-study.yaml", "parcae-baseline.yaml", "parcae-baseline-study.yaml")}
 
 
 def test_the_sweeps_folder_holds_the_documented_sweeps():
@@ -33,6 +36,16 @@ def test_the_quickstart_says_what_to_run_next_for_a_depth_result():
 
 @pytest.mark.parametrize("path", sorted(SWEEPS.glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_sweep_validates(path: Path):
+    tokenizer = NEEDS_TOKENIZER.get(path.name)
+    if tokenizer and not Path(tokenizer).exists():
+        with pytest.raises(UserError) as err:
+            load_sweep(path)
+        text = "\n".join(err.value.lines())
+        assert f"data.tokenizer: no such file or directory: {Path(tokenizer).resolve()}" in text
+        assert "Parcae trains its own tokenizer" in path.read_text() and "./" + tokenizer in path.read_text()
+        validated = load_sweep(path, need_data=False)  # launch --dry-run plans without it
+        assert any("data.tokenizer" in w and "does not read the data" in w for w in validated.warnings)
+        return
     missing = NEEDS_LOCAL_DATA.get(path.name)
     if missing and not Path(missing).exists():
         with pytest.raises(UserError) as err:
