@@ -29,6 +29,18 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+TOKENIZER_TRAINABLE_SOURCES = ("hf", "text", "jsonl", "parquet")  # the sources with text to train a tokenizer on
+
+
+class TokenizerTrainConfig(StrictModel):
+    """A byte-level BPE tokenizer the launch trains at `data.tokenizer` (a local `.json` path) when that file
+    is missing: `vocab` ids (the end-of-document token included) from the first `documents` training documents
+    of the data (`trials.data.bpe`). Parcae's recipe: its own 32,768-id BPE on FineWeb-Edu."""
+
+    vocab: Annotated[int, Field(ge=260, le=65536)] = 32768
+    documents: PositiveInt = 200_000
+
+
 class DataConfig(StrictModel):
     """Where tokens come from.
 
@@ -48,6 +60,7 @@ class DataConfig(StrictModel):
     text_column: str = "text"
     token_dtype: Literal["uint16", "uint32"] = "uint16"
     tokenizer: str | None = None  # None: byte-level (vocab 256); else a local path or a hub name (needs `hf`)
+    tokenizer_train: TokenizerTrainConfig | None = None  # train `tokenizer` at launch when its file is missing
     dataset: str | None = None
     subset: str | None = None
     split: str = "train"
