@@ -3,7 +3,7 @@
 A `Sweep` reads a sweep directory (running or finished) through the same readers as the command
 line, so its numbers are the CLI's: `points()`, `curves()` and `cells()` are the store's tables
 (`cells()` is what `sweeper status --json` prints), `optima()` is `sweeper optima --format json`'s
-cells, `fits()` is `fits.json` (what `sweeper fit` wrote) as typed objects, and `figure(name)`
+cells, `compare(a, b)` is `sweeper compare`'s paired leads, `fits()` is `fits.json` (what `sweeper fit` wrote) as typed objects, and `figure(name)`
 is one of the dashboards' Plotly figures (`sweeper plots` draws the same). Every call reads the
 directory again, so a notebook cell re-run during a sweep shows its progress.
 
@@ -22,6 +22,8 @@ from typing import Any
 
 import polars as pl
 
+from sweeper.analysis.compare import Comparison, CompareX
+from sweeper.analysis.compare import compare as compare_methods
 from sweeper.analysis.fits import document
 from sweeper.analysis.fits.document import FitsDocument, load_fits
 from sweeper.records.manifest import Manifest, read_manifest
@@ -226,6 +228,11 @@ class Sweep:
     def optima(self) -> pl.DataFrame:
         """Per cell: status, grid-best LR and loss, interpolated optimum, point counts (`sweeper optima`)."""
         return pl.DataFrame(optima_rows(self.path), schema=OPTIMA_SCHEMA, orient="row")
+
+    def compare(self, a: str, b: str, *, x: CompareX | None = None, include_edge: bool = False) -> Comparison:
+        """The lead of method `b` over method `a` per size, paired by seed, with Student-t 95% intervals
+        (`sweeper compare DIR --methods a,b`; `.to_json()` is its `--format json`)."""
+        return compare_methods(self.path, a, b, x=x, include_edge=include_edge)
 
     def fits(self) -> Fits | None:
         """`fits.json` (written by `sweeper fit`) as typed objects; None before the first fit."""
