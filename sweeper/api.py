@@ -142,11 +142,12 @@ class SizeFit:
     lr_opt: float | None
     seeds: tuple[int, ...]
     cells: tuple[str, ...]
+    partial: bool = False  # some seed of the size had no usable optimum (fitted only with --allow-partial)
 
     @classmethod
     def of(cls, row: document.SizeRow) -> SizeFit:
         return cls(size=str(row.size), x=_float(row.x), loss=_float(row.loss), lr_opt=_float(row.lr_opt),
-                   seeds=tuple(row.seeds), cells=tuple(row.cells))  # type: ignore[arg-type]
+                   seeds=tuple(row.seeds), cells=tuple(row.cells), partial=bool(row.partial))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,8 @@ from sweeper.analysis.fits.document import (
     ComputeExponent,
     EstimateValue,
     ExcludedCell,
+    MissingSeed,
+    PartialSize,
     FailedCell,
     FitsDocument,
     HoldoutCheck,
@@ -66,6 +68,7 @@ class FitOptions:
     include_edge: bool = False
     lr_source: Literal["interp", "grid"] = "interp"
     shared_e: bool = False
+    allow_partial: bool = False
 
 
 LOOPS_LABEL = "loop count T (core iterations)"  # a loop-count sweep: its `depth` column holds T
@@ -129,6 +132,10 @@ def build_report(results: SweepResults, opts: FitOptions) -> FitsDocument:
             f"{len(results.edge_included)} edge cell(s) included (--include-edge): their loss is an upper bound and "
             f"their LR a bound: {', '.join(results.edge_included)}"
         )
+    if results.partial and results.allow_partial:
+        global_warnings.append(
+            f"{len(results.partial)} partial size(s) fitted (--allow-partial) on their surviving seeds, whose mean is "
+            "biased where the missing seed failed: " + ", ".join(f"{p.method} {p.size}" for p in results.partial))
     series = {m: [s for s in results.sizes if s.method == m] for m in results.methods()}
     for method, sizes in series.items():
         methods[method] = _method_section(method, sizes, results.cells, opts)
@@ -158,7 +165,10 @@ def build_report(results: SweepResults, opts: FitOptions) -> FitsDocument:
         targets=[float(t) for t in opts.targets],
         inputs=InputsSection(
             rule=("per (method, size): best objective among ok points of bracketed cells, mean over seeds "
-                  "(a fixed-recipe method: its one point's objective at the recipe's LR, no LR law); "
+                  + ("(partial sizes, where some seed has no usable optimum, fitted on the surviving seeds: "
+                     "--allow-partial) " if results.allow_partial else
+                     "(a partial size, where some seed has no usable optimum, is left out) ")
+                  + "(a fixed-recipe method: its one point's objective at the recipe's LR, no LR law); "
                   + ("edge cells included with a warning" if opts.include_edge else "edge cells excluded")
                   + "; diverged, stalled and failed points never enter a loss fit"),
             lr_source=opts.lr_source,
@@ -166,6 +176,8 @@ def build_report(results: SweepResults, opts: FitOptions) -> FitsDocument:
             excluded=[ExcludedCell(**e) for e in results.excluded],
             edge_included=results.edge_included,
             failed=[FailedCell(**f) for f in results.failed],  # no usable LR: every point diverged or stalled
+            partial=[_partial_row(p, opts, results.allow_partial) for p in results.partial],
+            allow_partial=results.allow_partial,
         ),
         options=OptionsSection(resamples=opts.resamples, seed=opts.seed, bootstrap=opts.scheme, level=0.95,
                                n_def=opts.n_def, c_def=opts.c_def),
@@ -230,7 +242,15 @@ def _size_row(s: SizeResult, opts: FitOptions) -> SizeRow:
         seeds=s.seeds,
         status=s.statuses,
         cells=s.cell_ids,
+        partial=s.partial,
+        missing_seeds=[MissingSeed(**m) for m in s.missing],
     )
+
+
+def _partial_row(s: SizeResult, opts: FitOptions, fitted: bool) -> PartialSize:
+    return PartialSize(method=s.method, size=s.size, x=s.scale.x(opts.x, opts.n_def, opts.c_def), loss=s.objective,
+                       loss_seeds=s.objective_seeds, seeds=s.seeds, missing_seeds=[MissingSeed(**m) for m in s.missing],
+                       fitted=fitted)
 
 
 def loss_fit_section(
