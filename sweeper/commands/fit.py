@@ -131,6 +131,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--allow-partial", action="store_true",
                         help="also fit sizes whose seeds did not all give a usable optimum (partial sizes, left out by "
                              "default), on their surviving seeds' mean")
+    parser.add_argument("--unweighted", action="store_true",
+                        help="every size counts alike in the loss fits (default: weighted by 1/SE² of its mean, "
+                             "from the seeds' spread where a size has two or more)")
     parser.add_argument("--lr-source", choices=["interp", "grid"], default="interp",
                         help="optimal LR per cell: the interpolated optimum (default) or the grid best")
     parser.add_argument("--shared-e", action="store_true",
@@ -161,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
     opts = FitOptions(
         x=axis, n_def=args.n_def, c_def=args.c_def, targets=tuple(targets), resamples=args.resamples,
         seed=args.seed, scheme=args.bootstrap, include_edge=args.include_edge, lr_source=args.lr_source,
-        shared_e=args.shared_e, allow_partial=args.allow_partial,
+        shared_e=args.shared_e, allow_partial=args.allow_partial, weighted=not args.unweighted,
     )
     if axis == "depth" and not any(s.scale.depth for s in results.sizes):
         raise UserError(f"{root}: no depth recorded for the sweep's sizes; use --x params or --x compute")

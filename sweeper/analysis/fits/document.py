@@ -331,6 +331,8 @@ class OptionsSection(Record):
     level: Number | None = None
     n_def: str | None = None
     c_def: str | None = None
+    weighted: bool | None = None  # sizes weighted by their seed variance (`inputs.weights` says how)
+    bootstrap_levels: str | None = None  # the sizes alone, or the sizes then the seeds within each
 
 
 class FitsDocument(Record):

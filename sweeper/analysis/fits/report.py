@@ -54,6 +54,38 @@ from sweeper.analysis.fits.units import format_size
 
 VERSION = 1
 CURVE_POINTS = 120
+SE_FLOOR_OF_MEDIAN = 0.25  # a size's SE is at least this fraction of the median measured SE of its method
+WEIGHTS_RULE = ("each size weighted by 1/SE² of its mean, SE = the seeds' sd/√n where a size has two or more seeds, "
+                f"floored at the larger of its evaluation SE and {SE_FLOOR_OF_MEDIAN:g}× the median measured SE of "
+                "the method's sizes (two seeds agreeing by chance would otherwise take the whole fit); a size with one "
+                "seed takes that median; no size with two seeds: unweighted")
+SEED_LEVEL_RULE = ("two levels: the sizes (the --bootstrap scheme, about the curve), then the seeds within each size "
+                   "(resampled with replacement, the size's mean moved by their resampled mean minus their mean, "
+                   "times √(n/(n−1)))")
+
+
+def size_weights(sizes: list[SizeResult]) -> dict[str, tuple[float, float]] | None:
+    """Per size name, (weight, SE used) of its mean in the loss fit (`WEIGHTS_RULE`); None: unweighted."""
+    measured = {s.size: float(np.std(s.objective_seeds, ddof=1) / math.sqrt(len(s.objective_seeds)))
+                for s in sizes if len(s.objective_seeds) >= 2}
+    if not measured:
+        return None
+    median = float(np.median(list(measured.values())))
+    out: dict[str, float] = {}
+    for s in sizes:
+        floor = max(s.eval_se or 0.0, SE_FLOOR_OF_MEDIAN * median)
+        out[s.size] = max(measured.get(s.size, median), floor)
+    if min(out.values()) <= 0:
+        return None  # every seed identical and no evaluation SE: nothing to weigh by
+    return {size: (1.0 / (se * se), se) for size, se in out.items()}
+
+
+def _fit_inputs(usable: list[SizeResult], opts: FitOptions) -> dict[str, Any]:
+    """`fit_loss_curve`'s weights and seed values for these sizes, in their order."""
+    table = size_weights(usable) if opts.weighted else None
+    weights = None if table is None else [table[s.size][0] for s in usable]
+    seeds = [list(s.objective_seeds) for s in usable]
+    return {"weights": weights, "seed_values": seeds if any(len(v) >= 2 for v in seeds) else None}
 
 
 @dataclass(frozen=True)
@@ -69,6 +101,7 @@ class FitOptions:
     lr_source: Literal["interp", "grid"] = "interp"
     shared_e: bool = False
     allow_partial: bool = False
+    weighted: bool = True  # sizes weighted by the inverse variance of their mean where the seeds measure it
 
 
 LOOPS_LABEL = "loop count T (core iterations)"  # a loop-count sweep: its `depth` column holds T
@@ -178,9 +211,12 @@ def build_report(results: SweepResults, opts: FitOptions) -> FitsDocument:
             failed=[FailedCell(**f) for f in results.failed],  # no usable LR: every point diverged or stalled
             partial=[_partial_row(p, opts, results.allow_partial) for p in results.partial],
             allow_partial=results.allow_partial,
+            weights=WEIGHTS_RULE if opts.weighted else "unweighted (--unweighted): every size counts alike",
         ),
         options=OptionsSection(resamples=opts.resamples, seed=opts.seed, bootstrap=opts.scheme, level=0.95,
-                               n_def=opts.n_def, c_def=opts.c_def),
+                               n_def=opts.n_def, c_def=opts.c_def, weighted=opts.weighted,
+                               bootstrap_levels=(SEED_LEVEL_RULE if any(len(s.objective_seeds) >= 2 for s in results.sizes)
+                                                 else "one level: the sizes (one seed each)")),
         methods=methods,
         ranking=_ranking(methods, series, opts),
         warnings=global_warnings,
@@ -205,11 +241,13 @@ def _method_section(
     lr = np.array([s.lr_opt for s in usable], dtype=float)
     targets = np.asarray(opts.targets, dtype=float)
 
-    loss = fit_loss_curve(x, y, resamples=opts.resamples, seed=opts.seed, scheme=opts.scheme)
+    loss = fit_loss_curve(x, y, resamples=opts.resamples, seed=opts.seed, scheme=opts.scheme,
+                          **_fit_inputs(usable, opts))
     fixed = bool(usable) and all(s.fixed_recipe for s in usable)
     compute_exponent, compute_fit = _compute_section(sizes, opts, loss)
+    table = size_weights(usable) if opts.weighted else None
     return MethodSection(
-        sizes=[_size_row(s, opts) for s in usable],
+        sizes=[_size_row(s, opts, table) for s in usable],
         # a fixed recipe (lr.fixed): the loss at the recipe's LR, and no LR law (no optimum was searched)
         recipe=(Recipe(kind="fixed", lrs=sorted({float(v) for s in usable for v in s.lr_opt_seeds})) if fixed
                 else Recipe(kind="optimum")),
@@ -221,8 +259,11 @@ def _method_section(
     )
 
 
-def _size_row(s: SizeResult, opts: FitOptions) -> SizeRow:
+def _size_row(s: SizeResult, opts: FitOptions, weights: dict[str, tuple[float, float]] | None = None) -> SizeRow:
+    weight, se_used = (weights or {}).get(s.size, (None, None))
     return SizeRow(
+        weight=weight,
+        se_used=se_used,
         size=s.size,
         x=s.scale.x(opts.x, opts.n_def, opts.c_def),
         depth=s.scale.depth,
@@ -334,7 +375,10 @@ def holdout_check(fit: LossFit, opts: FitOptions) -> tuple[HoldoutCheck | None, 
     if distinct.size < 4:
         return None, [f"leave-largest-out check needs 4 sizes (have {distinct.size}): extrapolation is untested"]
     keep = fit.x < distinct[-1]
-    sub = fit_loss_curve(fit.x[keep], fit.y[keep], resamples=opts.resamples, seed=opts.seed + 1, scheme=opts.scheme)
+    sub = fit_loss_curve(fit.x[keep], fit.y[keep], resamples=opts.resamples, seed=opts.seed + 1, scheme=opts.scheme,
+                         weights=None if fit.w is None else fit.w[keep],
+                         seed_values=None if fit.seed_values is None else
+                         [v for v, k in zip(fit.seed_values, keep) if k])
     return holdout_record(sub, float(distinct[-1]), float(np.mean(fit.y[~keep])), opts)
 
 
@@ -399,7 +443,8 @@ def _compute_section(
                                         trustworthy=False)
         c = np.array([s.scale.compute(opts.c_def, opts.n_def) for s in usable], dtype=float)
         y = np.array([s.objective for s in usable], dtype=float)
-        fit = fit_loss_curve(c, y, resamples=opts.resamples, seed=opts.seed + 4, scheme=opts.scheme)
+        fit = fit_loss_curve(c, y, resamples=opts.resamples, seed=opts.seed + 4, scheme=opts.scheme,
+                             **_fit_inputs(usable, opts))
     detail = loss_fit_section(fit, np.array([]), opts, holdout=False, curve=False)
     if fit.status != "ok" or fit.alpha.value is None:
         return None, detail
