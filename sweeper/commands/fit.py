@@ -253,6 +253,16 @@ def _exponent_cell(ce: ComputeExponent | None) -> Any:
     return Text(_iv(ce, ".3g") + " (not trustworthy)", style="dim")
 
 
+def _rank_exponent(doc: FitsDocument, row: Any) -> ComputeExponent | None:
+    """The ranking's α_C of a method: the shared-E one the row holds (the default), else the method's own."""
+    from sweeper.analysis.fits.document import ComputeExponent  # (see `run`)
+
+    if row.compute_exponent_e_model == "shared" and row.compute_exponent is not None:
+        return ComputeExponent(value=row.compute_exponent, lo=row.compute_exponent_lo, hi=row.compute_exponent_hi,
+                               trustworthy=row.compute_exponent_trustworthy, e_model="shared")
+    return doc.methods[row.method].compute_exponent
+
+
 def _trust(section: CurveSection | None) -> Any:
     # start-up time: imported when used, not on every CLI start
     from rich.text import Text
@@ -396,10 +406,14 @@ def render(doc: FitsDocument, written: Path | None, lr_label: tuple[str, str | N
     if doc.ranking:
         rank = Table(title="Methods ranked by loss at the largest common size", title_justify="left",
                      header_style="bold")
-        for col in ("#", "method", "loss", "at", "compute exponent α_C", "lowest at every size"):
+        shared = any(r.compute_exponent_e_model == "shared" for r in doc.ranking)
+        for col in ("#", "method", "loss", "at", "compute exponent α_C" + (" (shared E)" if shared else ""),
+                    "lowest at every size"):
             rank.add_column(col, justify="left" if col == "method" else "right")
+        if shared and doc.ranking_note:
+            rank.caption, rank.caption_justify = doc.ranking_note, "left"
         for r in doc.ranking:
-            ce = doc.methods[r.method].compute_exponent
+            ce = _rank_exponent(doc, r)
             rank.add_row(str(r.rank), r.method, f"{r.loss_at_largest:.4f}",
                          format_size(r.x_at_largest) + ("" if r.comparable else " (own largest)"
                                                         if r.recipe is None or _same_recipe(doc) else

@@ -271,6 +271,7 @@ class RankRow(Record):
     lowest_at_every_common_size: bool | None = None
     n_sizes: Number | None = None
     rank_by_compute_exponent: Number | None = None
+    compute_exponent_e_model: str | None = None  # shared (the default for ranking) | per-method
 
 
 class SharedEFit(Record):
@@ -353,6 +354,7 @@ class FitsDocument(Record):
     options: OptionsSection = Field(default_factory=OptionsSection)
     methods: dict[str, MethodSection] = Field(default_factory=dict)
     ranking: list[RankRow] = Field(default_factory=list)
+    ranking_note: str | None = None  # how the ranking's compute exponents were fitted (a shared E)
     warnings: list[str] = Field(default_factory=list)
 
     def ranked(self) -> list[RankRow]:

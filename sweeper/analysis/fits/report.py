@@ -219,6 +219,7 @@ def build_report(results: SweepResults, opts: FitOptions) -> FitsDocument:
                                                  else "one level: the sizes (one seed each)")),
         methods=methods,
         ranking=_ranking(methods, series, opts),
+        ranking_note=RANKING_E_NOTE,
         warnings=global_warnings,
     )
 
@@ -535,6 +536,7 @@ def _ranking(methods: dict[str, MethodSection], series: dict[str, list[SizeResul
             n_sizes=len(xs),
         ))
     rows.sort(key=lambda r: r.loss_at_largest)  # type: ignore[arg-type, return-value]
+    _shared_e_exponents(rows, methods, series, opts)
     by_exponent = sorted((r for r in rows if r.compute_exponent is not None),
                          key=lambda r: -r.compute_exponent)  # type: ignore[operator]
     for i, r in enumerate(rows):
@@ -542,6 +544,43 @@ def _ranking(methods: dict[str, MethodSection], series: dict[str, list[SizeResul
     for i, r in enumerate(by_exponent):
         r.rank_by_compute_exponent = i + 1
     return rows
+
+
+RANKING_E_NOTE = ("the ranking by compute exponent uses α_C fitted with one E shared by the ranked methods (E and α "
+                  "trade off with few sizes: independent E's make the exponents incomparable); each method's own fit "
+                  "keeps its own E unless --shared-e")
+
+
+def _shared_e_exponents(rows: list[RankRow], methods: dict[str, MethodSection], series: dict[str, list[SizeResult]],
+                        opts: FitOptions) -> None:
+    """Rank by compute exponent with a shared E by default: with two or more ranked methods and no --shared-e
+    (whose exponents are shared already), each row's `compute_exponent*` becomes the shared-E fit's α_C (the
+    method's own stays in `methods[m].compute_exponent`), and `compute_exponent_e_model` says which."""
+    for r in rows:
+        ce = methods[r.method].compute_exponent
+        r.compute_exponent_e_model = None if ce is None else ("shared" if opts.shared_e else "per-method")
+    if opts.shared_e or len(rows) < 2:
+        return
+    data = {}
+    for r in rows:
+        usable, _ = _xy(series[r.method], opts, axis="compute")
+        if len(usable) == len(series[r.method]) and usable:
+            data[r.method] = (np.array([s.scale.compute(opts.c_def, opts.n_def) for s in usable], dtype=float),
+                              np.array([s.objective for s in usable], dtype=float))
+    if len(data) < 2:
+        return
+    joint = fit_shared_e(data, resamples=opts.resamples, seed=opts.seed + 5)
+    if not joint.ok:
+        return
+    for r in rows:
+        fit = joint.fits.get(r.method)
+        if fit is None or fit.status != "ok" or fit.alpha.value is None:
+            r.compute_exponent = r.compute_exponent_lo = r.compute_exponent_hi = None
+            r.compute_exponent_e_model = "shared (left out)"
+            continue
+        r.compute_exponent, r.compute_exponent_lo, r.compute_exponent_hi = fit.alpha.value, fit.alpha.lo, fit.alpha.hi
+        r.compute_exponent_trustworthy = fit.status == "ok" and not fit.warnings
+        r.compute_exponent_e_model = "shared"
 
 
 def apply_shared_e(methods: dict[str, MethodSection], series: dict[str, list[SizeResult]],
