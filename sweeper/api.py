@@ -39,7 +39,10 @@ OPTIMA_SCHEMA: dict[str, pl.DataType] = {
     "neighbour_gap_paired": pl.Boolean, "within_noise": pl.Boolean, "best_objective": pl.Float64,
     "interp_lr": pl.Float64, "interp_objective": pl.Float64, "n_points": pl.Int64, "n_diverged": pl.Int64,
     "n_stalled": pl.Int64, "n_failed": pl.Int64, "n_infra_failed": pl.Int64, "n_running": pl.Int64,
-    "best_lambada_ppl": pl.Float64, "best_loop_losses": pl.Utf8,
+    "best_lambada_ppl": pl.Float64, "best_loop_losses": pl.Utf8, "stalled_loss": pl.Float64,
+    # the seeds' noise (`sweeper.records.seed_noise`) and which noise `within_noise` used (eval | seeds)
+    "seed_sd_best_loss": pl.Float64, "n_seeds": pl.Int64, "seed_sd_at_best_lr": pl.Float64,
+    "seed_sd_at_neighbour_lr": pl.Float64, "seed_sd_gap": pl.Float64, "n_seeds_gap": pl.Int64, "noise": pl.Utf8,
 }
 
 

@@ -91,7 +91,7 @@ def test_optima_and_status_print_them(tmp_path, capsys):
     root, _ = sweep_dir(tmp_path)
     assert main(["optima", str(root)]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "all stalled" in text and "(1.6 SE) within noise" in text and "the cell found no usable learning rate" in text
+    assert "all stalled" in text and "(1.6 eval SE) within noise" in text and "the cell found no usable learning rate" in text
     assert "2.1000 ± 0.0" in text and "+0.1000" in text
     assert "stalled: trained to the end without beating the loss of predicting by token frequencies" in text
     assert main(["status", str(root)]) == 0
