@@ -257,7 +257,8 @@ class Sweep:
         return f"Sweep({str(self.path)!r})"
 
 
-FIGURE_NAMES: Sequence[str] = ("status", "loss_vs_lr", "scaling", "optimal_lr", "learning_curves", "progress")
+FIGURE_NAMES: Sequence[str] = ("status", "loss_vs_lr", "scaling", "optimal_lr", "leads", "learning_curves",
+                                "progress")
 
 
 def open_sweep(path: str | os.PathLike[str]) -> Sweep:
