@@ -49,43 +49,13 @@ from sweeper.stats.loglog import PowerLawFit
 from sweeper.stats.lrlaw import EXTRAPOLATION_NOTE, EXTRAPOLATION_WARN, fit_lr_law
 from sweeper.analysis.fits.powerlaw import DEFAULT_RESAMPLES, LossFit, Scheme, fit_loss_curve
 from sweeper.analysis.fits.sensitivity import common_lrs, lr_sensitivity
+from sweeper.analysis.fits.seeds import (RANKING_E_NOTE, bootstrap_levels, fit_inputs, partial_row, partial_rule,
+                                         partial_warnings, shared_e_exponents, size_weights, weights_rule)
 from sweeper.analysis.fits.shared import fit_shared_e
 from sweeper.analysis.fits.units import format_size
 
 VERSION = 1
 CURVE_POINTS = 120
-SE_FLOOR_OF_MEDIAN = 0.25  # a size's SE is at least this fraction of the median measured SE of its method
-WEIGHTS_RULE = ("each size weighted by 1/SE² of its mean, SE = the seeds' sd/√n where a size has two or more seeds, "
-                f"floored at the larger of its evaluation SE and {SE_FLOOR_OF_MEDIAN:g}× the median measured SE of "
-                "the method's sizes (two seeds agreeing by chance would otherwise take the whole fit); a size with one "
-                "seed takes that median; no size with two seeds: unweighted")
-SEED_LEVEL_RULE = ("two levels: the sizes (the --bootstrap scheme, about the curve), then the seeds within each size "
-                   "(resampled with replacement, the size's mean moved by their resampled mean minus their mean, "
-                   "times √(n/(n−1)))")
-
-
-def size_weights(sizes: list[SizeResult]) -> dict[str, tuple[float, float]] | None:
-    """Per size name, (weight, SE used) of its mean in the loss fit (`WEIGHTS_RULE`); None: unweighted."""
-    measured = {s.size: float(np.std(s.objective_seeds, ddof=1) / math.sqrt(len(s.objective_seeds)))
-                for s in sizes if len(s.objective_seeds) >= 2}
-    if not measured:
-        return None
-    median = float(np.median(list(measured.values())))
-    out: dict[str, float] = {}
-    for s in sizes:
-        floor = max(s.eval_se or 0.0, SE_FLOOR_OF_MEDIAN * median)
-        out[s.size] = max(measured.get(s.size, median), floor)
-    if min(out.values()) <= 0:
-        return None  # every seed identical and no evaluation SE: nothing to weigh by
-    return {size: (1.0 / (se * se), se) for size, se in out.items()}
-
-
-def _fit_inputs(usable: list[SizeResult], opts: FitOptions) -> dict[str, Any]:
-    """`fit_loss_curve`'s weights and seed values for these sizes, in their order."""
-    table = size_weights(usable) if opts.weighted else None
-    weights = None if table is None else [table[s.size][0] for s in usable]
-    seeds = [list(s.objective_seeds) for s in usable]
-    return {"weights": weights, "seed_values": seeds if any(len(v) >= 2 for v in seeds) else None}
 
 
 @dataclass(frozen=True)
@@ -165,10 +135,7 @@ def build_report(results: SweepResults, opts: FitOptions) -> FitsDocument:
             f"{len(results.edge_included)} edge cell(s) included (--include-edge): their loss is an upper bound and "
             f"their LR a bound: {', '.join(results.edge_included)}"
         )
-    if results.partial and results.allow_partial:
-        global_warnings.append(
-            f"{len(results.partial)} partial size(s) fitted (--allow-partial) on their surviving seeds, whose mean is "
-            "biased where the missing seed failed: " + ", ".join(f"{p.method} {p.size}" for p in results.partial))
+    global_warnings += partial_warnings(results)
     series = {m: [s for s in results.sizes if s.method == m] for m in results.methods()}
     for method, sizes in series.items():
         methods[method] = _method_section(method, sizes, results.cells, opts)
@@ -198,9 +165,7 @@ def build_report(results: SweepResults, opts: FitOptions) -> FitsDocument:
         targets=[float(t) for t in opts.targets],
         inputs=InputsSection(
             rule=("per (method, size): best objective among ok points of bracketed cells, mean over seeds "
-                  + ("(partial sizes, where some seed has no usable optimum, fitted on the surviving seeds: "
-                     "--allow-partial) " if results.allow_partial else
-                     "(a partial size, where some seed has no usable optimum, is left out) ")
+                  + partial_rule(results.allow_partial)
                   + "(a fixed-recipe method: its one point's objective at the recipe's LR, no LR law); "
                   + ("edge cells included with a warning" if opts.include_edge else "edge cells excluded")
                   + "; diverged, stalled and failed points never enter a loss fit"),
@@ -209,14 +174,13 @@ def build_report(results: SweepResults, opts: FitOptions) -> FitsDocument:
             excluded=[ExcludedCell(**e) for e in results.excluded],
             edge_included=results.edge_included,
             failed=[FailedCell(**f) for f in results.failed],  # no usable LR: every point diverged or stalled
-            partial=[_partial_row(p, opts, results.allow_partial) for p in results.partial],
+            partial=[partial_row(p, opts, results.allow_partial) for p in results.partial],
             allow_partial=results.allow_partial,
-            weights=WEIGHTS_RULE if opts.weighted else "unweighted (--unweighted): every size counts alike",
+            weights=weights_rule(opts.weighted),
         ),
         options=OptionsSection(resamples=opts.resamples, seed=opts.seed, bootstrap=opts.scheme, level=0.95,
                                n_def=opts.n_def, c_def=opts.c_def, weighted=opts.weighted,
-                               bootstrap_levels=(SEED_LEVEL_RULE if any(len(s.objective_seeds) >= 2 for s in results.sizes)
-                                                 else "one level: the sizes (one seed each)")),
+                               bootstrap_levels=bootstrap_levels(results.sizes)),
         methods=methods,
         ranking=_ranking(methods, series, opts),
         ranking_note=RANKING_E_NOTE,
@@ -243,7 +207,7 @@ def _method_section(
     targets = np.asarray(opts.targets, dtype=float)
 
     loss = fit_loss_curve(x, y, resamples=opts.resamples, seed=opts.seed, scheme=opts.scheme,
-                          **_fit_inputs(usable, opts))
+                          **fit_inputs(usable, opts.weighted))
     fixed = bool(usable) and all(s.fixed_recipe for s in usable)
     compute_exponent, compute_fit = _compute_section(sizes, opts, loss)
     table = size_weights(usable) if opts.weighted else None
@@ -287,12 +251,6 @@ def _size_row(s: SizeResult, opts: FitOptions, weights: dict[str, tuple[float, f
         partial=s.partial,
         missing_seeds=[MissingSeed(**m) for m in s.missing],
     )
-
-
-def _partial_row(s: SizeResult, opts: FitOptions, fitted: bool) -> PartialSize:
-    return PartialSize(method=s.method, size=s.size, x=s.scale.x(opts.x, opts.n_def, opts.c_def), loss=s.objective,
-                       loss_seeds=s.objective_seeds, seeds=s.seeds, missing_seeds=[MissingSeed(**m) for m in s.missing],
-                       fitted=fitted)
 
 
 def loss_fit_section(
@@ -445,7 +403,7 @@ def _compute_section(
         c = np.array([s.scale.compute(opts.c_def, opts.n_def) for s in usable], dtype=float)
         y = np.array([s.objective for s in usable], dtype=float)
         fit = fit_loss_curve(c, y, resamples=opts.resamples, seed=opts.seed + 4, scheme=opts.scheme,
-                             **_fit_inputs(usable, opts))
+                             **fit_inputs(usable, opts.weighted))
     detail = loss_fit_section(fit, np.array([]), opts, holdout=False, curve=False)
     if fit.status != "ok" or fit.alpha.value is None:
         return None, detail
@@ -536,7 +494,7 @@ def _ranking(methods: dict[str, MethodSection], series: dict[str, list[SizeResul
             n_sizes=len(xs),
         ))
     rows.sort(key=lambda r: r.loss_at_largest)  # type: ignore[arg-type, return-value]
-    _shared_e_exponents(rows, methods, series, opts)
+    shared_e_exponents(rows, methods, series, opts)
     by_exponent = sorted((r for r in rows if r.compute_exponent is not None),
                          key=lambda r: -r.compute_exponent)  # type: ignore[operator]
     for i, r in enumerate(rows):
@@ -544,43 +502,6 @@ def _ranking(methods: dict[str, MethodSection], series: dict[str, list[SizeResul
     for i, r in enumerate(by_exponent):
         r.rank_by_compute_exponent = i + 1
     return rows
-
-
-RANKING_E_NOTE = ("the ranking by compute exponent uses α_C fitted with one E shared by the ranked methods (E and α "
-                  "trade off with few sizes: independent E's make the exponents incomparable); each method's own fit "
-                  "keeps its own E unless --shared-e")
-
-
-def _shared_e_exponents(rows: list[RankRow], methods: dict[str, MethodSection], series: dict[str, list[SizeResult]],
-                        opts: FitOptions) -> None:
-    """Rank by compute exponent with a shared E by default: with two or more ranked methods and no --shared-e
-    (whose exponents are shared already), each row's `compute_exponent*` becomes the shared-E fit's α_C (the
-    method's own stays in `methods[m].compute_exponent`), and `compute_exponent_e_model` says which."""
-    for r in rows:
-        ce = methods[r.method].compute_exponent
-        r.compute_exponent_e_model = None if ce is None else ("shared" if opts.shared_e else "per-method")
-    if opts.shared_e or len(rows) < 2:
-        return
-    data = {}
-    for r in rows:
-        usable, _ = _xy(series[r.method], opts, axis="compute")
-        if len(usable) == len(series[r.method]) and usable:
-            data[r.method] = (np.array([s.scale.compute(opts.c_def, opts.n_def) for s in usable], dtype=float),
-                              np.array([s.objective for s in usable], dtype=float))
-    if len(data) < 2:
-        return
-    joint = fit_shared_e(data, resamples=opts.resamples, seed=opts.seed + 5)
-    if not joint.ok:
-        return
-    for r in rows:
-        fit = joint.fits.get(r.method)
-        if fit is None or fit.status != "ok" or fit.alpha.value is None:
-            r.compute_exponent = r.compute_exponent_lo = r.compute_exponent_hi = None
-            r.compute_exponent_e_model = "shared (left out)"
-            continue
-        r.compute_exponent, r.compute_exponent_lo, r.compute_exponent_hi = fit.alpha.value, fit.alpha.lo, fit.alpha.hi
-        r.compute_exponent_trustworthy = fit.status == "ok" and not fit.warnings
-        r.compute_exponent_e_model = "shared"
 
 
 def apply_shared_e(methods: dict[str, MethodSection], series: dict[str, list[SizeResult]],

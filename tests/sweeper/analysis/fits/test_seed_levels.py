@@ -10,7 +10,7 @@ import pytest
 
 from sweeper.analysis.fits.collect import Scale, SizeResult
 from sweeper.analysis.fits.powerlaw import fit_loss_curve
-from sweeper.analysis.fits.report import SE_FLOOR_OF_MEDIAN, size_weights
+from sweeper.analysis.fits.seeds import SE_FLOOR_OF_MEDIAN, size_weights
 from sweeper.cli import main
 from tests.sweeper.analysis.fits.conftest import Truth
 
