@@ -1,4 +1,5 @@
-"""The seeds on the figures: each seed's best loss, the mean with its Student-t 95% interval, stalled cells
+"""The seeds on the figures: each seed's best loss (its evaluation SE on hover), the mean with its Student-t 95%
+interval and the seeds' sd (the training noise), stalled cells
 at their loss (marked), partial sizes; and the panel of paired leads between methods (`sweeper compare`).
 
 The interval of a size's mean over n seeds is `mean ± t(0.975, n−1)·sd/√n` (n − 1 degrees of freedom); with
@@ -31,6 +32,20 @@ def t_half_width(values: list[float]) -> float | None:
     return float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
 
 
+def _best_eval_se(data: SweepData, method: str) -> dict[str, float]:
+    """Per cell of `method`: the evaluation SE of its best point (the ok point at its best LR)."""
+    cells = data.cells.filter((pl.col("method") == method) & pl.col("best_lr").is_finite())
+    if cells.height == 0 or data.points.height == 0 or "loss_se" not in data.points.columns:
+        return {}
+    best = dict(zip(cells["cell_id"].to_list(), cells["best_lr"].to_list()))
+    pts = data.points.filter(pl.col("cell_id").is_in(list(best)) & (pl.col("state") == "ok") & pl.col("loss_se").is_finite())
+    out = {}
+    for cid, lr, se in zip(pts["cell_id"].to_list(), pts["lr"].to_list(), pts["loss_se"].to_list()):
+        if abs(lr - best[cid]) <= 1e-4 * best[cid]:
+            out[cid] = float(se)
+    return out
+
+
 def _stalled_losses(data: SweepData, method: str) -> dict[str, float]:
     """Per stalled cell of `method`: the lowest final loss of its stalled points."""
     cells = data.cells.filter((pl.col("method") == method) & (pl.col("status") == "stalled"))
@@ -46,6 +61,7 @@ def seed_traces(data: SweepData, method: str, kind: str, colour: str) -> list[Tr
     are two or more seeds, and each stalled cell at its stalled loss (□, never an optimum)."""
     values = data.size_values()
     cells = data.cells.filter((pl.col("method") == method) & pl.col("best_objective").is_finite()).sort("size", "seed")
+    eval_se = _best_eval_se(data, method)
     xs, ys, custom, mean_x, mean_y, half, mean_custom = [], [], [], [], [], [], []
     for size in data.sizes:
         frame = cells.filter(pl.col("size") == size)
@@ -53,16 +69,19 @@ def seed_traces(data: SweepData, method: str, kind: str, colour: str) -> list[Tr
         if frame.height == 0 or x is None:
             continue
         vals = [float(v) for v in frame["best_objective"].to_list()]
-        for v, seed, status in zip(vals, frame["seed"].to_list(), frame["status"].to_list()):
+        for v, seed, status, cid in zip(vals, frame["seed"].to_list(), frame["status"].to_list(),
+                                        frame["cell_id"].to_list()):
             xs.append(x)
             ys.append(v)
-            custom.append([style.text(size), seed, status])
+            se = eval_se.get(cid)
+            custom.append([style.text(size), seed, status, "—" if se is None else f"{se:.4f}"])
         h = t_half_width(vals)
         if h is not None:
             mean_x.append(x)
             mean_y.append(sum(vals) / len(vals))
             half.append(h)
-            mean_custom.append([style.text(size), len(vals), len(vals) - 1, h])
+            sd = h * math.sqrt(len(vals)) / float(stats.t.ppf(0.975, len(vals) - 1))
+            mean_custom.append([style.text(size), len(vals), len(vals) - 1, h, sd])
     traces: list[Trace] = []
     name = style.text(method)
     if xs:
@@ -72,7 +91,7 @@ def seed_traces(data: SweepData, method: str, kind: str, colour: str) -> list[Tr
                        "line": {"color": colour, "width": 1}},
             "name": name + " seeds", "legendgroup": method, "showlegend": False, "meta": name, "customdata": custom,
             "hovertemplate": "%{meta} · %{customdata[0]} seed %{customdata[1]} (%{customdata[2]})<br>x %{x:.4g}"
-            "<br>best %{y:.4f}<extra></extra>",
+            "<br>best %{y:.4f} ± %{customdata[3]} (evaluation SE of the point)<extra></extra>",
         })
     if mean_x:
         traces.append({
@@ -82,7 +101,8 @@ def seed_traces(data: SweepData, method: str, kind: str, colour: str) -> list[Tr
             "name": name + " mean ± 95% t-interval", "legendgroup": method, "showlegend": False, "meta": name,
             "customdata": mean_custom,
             "hovertemplate": "%{meta} · %{customdata[0]}<br>x %{x:.4g}<br>mean %{y:.4f} ± %{customdata[3]:.4f} "
-            "(95% t-interval, %{customdata[1]} seeds, df %{customdata[2]})<extra></extra>",
+            "(95% t-interval, %{customdata[1]} seeds, df %{customdata[2]})<br>seeds' sd %{customdata[4]:.4f} "
+            "(training noise)<extra></extra>",
         })
     stalled = _stalled_losses(data, method)
     if stalled:
