@@ -98,3 +98,13 @@ def test_not_a_sweep_exits_2(tmp_path, capsys):
 def test_rows_unknown_method_is_a_user_error():
     with pytest.raises(UserError, match="no method"):
         compare_rows([], "a", "b")
+
+
+def test_x_params_reports_each_methods_parameter_count(tmp_path, capsys):
+    root = write_sweep(tmp_path / "s", TRUTHS, [2, 4], seeds=(0, 1), noise=0.02)
+    assert main(["compare", str(root), "--methods", "pre,layerrope", "--x", "params", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["x"] == "params"
+    rows = {r["size"]: r for r in sweeper.open(root).optima().to_dicts()}
+    for c in got["comparisons"]:
+        assert c["x_axis"] == "params" and c["x"] == rows[c["size"]]["params"]
