@@ -70,3 +70,14 @@ def test_leads_panel_is_the_compare_command(sweep):
     result = compare(sweep, base, other)
     assert mean["y"] == pytest.approx([c.mean for c in result.sizes])
     assert mean["error_y"]["array"] == pytest.approx([c.ci[1] - c.mean for c in result.sizes])
+
+
+def test_a_partial_size_is_marked_on_the_scaling_figure(sweep):
+    from sweeper.cli import main
+
+    assert main(["fit", str(sweep), "--resamples", "200"]) == 0  # writes fits.json; pre L8 is partial
+    spec = figures.scaling(load_sweep(sweep))
+    figures.to_figure(spec)
+    partial = by_uid(spec)[uid("scaling", "pre", "partial")]
+    assert partial["x"] == [8.0] and partial["marker"]["symbol"] == ["diamond-open"]  # not fitted
+    assert "s2 stalled" in partial["customdata"][0][1]
