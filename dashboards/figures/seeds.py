@@ -171,7 +171,9 @@ def leads(data: SweepData) -> FigureDict:
     """Paired leads over the first method: per size and other method B, each seed's lead (A's best loss − B's at
     the same seed) and the mean with its 95% Student-t interval (df = seeds − 1; no bar with one seed)."""
     layout = style.base_layout("Lead over the first method, paired by seed", height=420, uirevision="leads")
-    methods = present_methods(data)
+    present = present_methods(data)
+    # the sweep file's order (its first method is the baseline), else the figures' order
+    methods = [m for m in data.declared_methods if m in present] + [m for m in present if m not in data.declared_methods]
     kind = "params" if data.x_kind == "params" else "depth"
     layout["xaxis"] = style.axis(style.size_label_unit(kind)[0], log=True)
     layout["yaxis"] = style.axis("Lead (loss of the first − this one)")
