@@ -44,7 +44,8 @@ class TokenizerTrainConfig(StrictModel):
 class DataConfig(StrictModel):
     """Where tokens come from.
 
-    - `builtin`: the running interpreter's standard-library sources, byte-level tokens (vocab 256).
+    - `builtin`: the running interpreter's standard-library sources, byte-level tokens (vocab 256),
+      split by top-level module or package into train, validation and test (`eval_split`).
     - `text` / `jsonl` / `parquet`: local files (`path`: a file, a directory or a glob), byte-level
       tokens unless `tokenizer` is given; `text_column` for JSONL/Parquet.
     - `tokens`: a pre-tokenized binary file of `token_dtype` integers (`path`), optional `val_path`.
@@ -66,7 +67,10 @@ class DataConfig(StrictModel):
     split: str = "train"
     val_split: str | None = "validation"
     streaming: bool = True
-    val_fraction: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.05
+    val_fraction: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.05  # held-out share (`builtin`: of its units, for validation and again for test: < 0.5)
+    # `builtin`: the held-out side evaluated. `val` chooses the LR and reports the loss; `test` is a third,
+    # disjoint side for a final number at LRs already chosen (never used by the search).
+    eval_split: Literal["val", "test"] = "val"
     seed: int = 0
     shuffle_buffer: PositiveInt = 10_000  # `hf` streaming: documents in the shuffle buffer
     synthetic_vocab: Annotated[int, Field(ge=2, le=65536)] = 64  # `synthetic`: alphabet size

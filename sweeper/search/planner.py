@@ -228,7 +228,9 @@ def compat_of(model: ModelConfig, train: TrainConfig, data: DataConfig, divergen
     out = {
         "model": json.loads(json.dumps(model.to_dict(), default=str)),
         "train": train_dump,
-        "data": data.model_dump(mode="json", exclude={"tokenizer_train"}),  # the tokenizer's own id is the corpus's
+        # the tokenizer's own id is the corpus's; `eval_split: val` (the default) is what every cell did before
+        # the key existed, so it stays out and older sweeps keep their fingerprints
+        "data": data.model_dump(mode="json", exclude={"tokenizer_train"} | ({"eval_split"} if data.eval_split == "val" else set())),
         "divergence": divergence.model_dump(mode="json"),
     }
     if evaluation is not None and evaluation.tasks:

@@ -111,6 +111,12 @@ def data_problems(data: DataConfig, base: Path) -> list[Problem]:
             ):
                 out.append(MissingFile(("data", key), f"{resolved}: a folder without manifest.json, so not a prepared corpus "
                                    f"(or its `sweeper data prepare` has not finished){PREPARE_HINT}"))
+    if data.eval_split != "val" and data.source != "builtin":
+        out.append(Problem(("data", "eval_split"), f"{data.eval_split!r} is offered by the built-in corpus only (source "
+                           f"{data.source!r} has one held-out set): leave it at 'val'"))
+    if data.source == "builtin" and data.val_fraction >= 0.5:
+        out.append(Problem(("data", "val_fraction"), f"{data.val_fraction:g}: the built-in corpus holds this share of its "
+                           "units out twice (validation and test), so it must be below 0.5"))
     if data.source == "hf" and not data.dataset:
         out.append(Problem(("data", "dataset"), "required for source 'hf' (a Hugging Face dataset name)"))
     if data.tokenizer_train is not None:
