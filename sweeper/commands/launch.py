@@ -325,7 +325,7 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any, memory
             r["method"], r["size"], ",".join(map(str, seeds)), _si(r["params"]), _si(r["tokens_per_point"]),
             str(r["steps_per_point"]), f"{r['flops_per_point']:.3g}",
             (f"fixed {grid[0]:.3g}" if r["fixed_lr"] is not None else
-             f"{len(grid)} × {grid[0]:.3g}…{grid[-1]:.3g}{prior}") if grid else "—",
+             f"{len(grid)} × {grid[0]:.3g}–{grid[-1]:.3g}{prior}") if grid else "—",
             _stack_auto(r["stack_auto"]) if r["stack_auto"] is not None else str(r["stack"]),
             f"{r['trial_hours']:.3g}" + {"measured": "", "sweep": "‡"}.get(r["throughput"], "†"),
             ", ".join(f"{k}={_resource(k, v)}" for k, v in r["resources"].items()),

@@ -48,26 +48,33 @@ class Layout:
     cols: Sequence[Col]
     caption: str | None = None
     hint: str = HINT
+    style: dict[str, Any] = field(default_factory=dict)  # rich.table.Table options of the full-width table
     rows: list[list[Any]] = field(default_factory=list)
+    sections: set[int] = field(default_factory=set)  # rows that start a new section (a rule above them)
     dropped: list[str] = field(default_factory=list)  # after `render`: the columns left out
 
-    def add_row(self, *cells: Any) -> None:
+    def add_row(self, *cells: Any, section: bool = False) -> None:
+        """A row (one cell per column); `section`: a rule above it (the full-width table only)."""
         if len(cells) != len(self.cols):
             raise ValueError(f"{len(cells)} cells for {len(self.cols)} columns")
+        if section and self.rows:
+            self.sections.add(len(self.rows))
         self.rows.append(list(cells))
 
     def _table(self, shown: list[int], short: bool) -> Table:
         """The table with the `shown` columns; `short`: short headers and the compact style (no frame, no
         vertical rules, two spaces between columns), what a narrow terminal gets before losing columns."""
         compact = {"box": box.SIMPLE_HEAD, "show_edge": False, "pad_edge": False, "padding": (0, 1, 0, 0)} \
-            if short else {}
+            if short else self.style
         table = Table(title=self.title, title_justify="left", header_style="bold", caption=self.caption,
                       caption_justify="left", **compact)  # type: ignore[arg-type]
         for i in shown:
             col = self.cols[i]
             table.add_column((col.short or col.name) if short else col.name, justify=col.justify,  # type: ignore[arg-type]
                              no_wrap=True)
-        for row in self.rows:
+        for n, row in enumerate(self.rows):
+            if n in self.sections and not short:
+                table.add_section()
             table.add_row(*(_cell(row[i]) for i in shown))
         return table
 
