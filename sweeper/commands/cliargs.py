@@ -64,3 +64,8 @@ def add_wide(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wide", action="store_true",
                         help="print every column, wider than the terminal if need be (by default columns that do "
                              "not fit are left out, and a footnote names them)")
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """'1 seed', '2 seeds' ('1 bus', '2 buses' with `many`)."""
+    return f"{n} {word}" if n == 1 else f"{n} {many or word + 's'}"

@@ -118,7 +118,8 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("dir", help="the sweep directory (what `sweeper launch` wrote)")
     parser.add_argument("--x", choices=["depth", "params", "compute"], default=None,
-                        help="the scale axis (default: the sweep's own: depth for a depth sweep, params for named sizes)")
+                        help="the scale axis (default: the sweep's own: depth for a depth sweep, params for named sizes or a "
+                             "width sweep, where depth does not vary and is refused)")
     parser.add_argument("--to", type=_size_arg, nargs="+", default=[], metavar="VALUE",
                         help="predict loss and optimal LR at these x values (1024, 350M, 1.3B, 2e9)")
     parser.add_argument("--n", dest="n_def", choices=["nonembed", "total"], default="nonembed",
@@ -162,6 +163,10 @@ def run(args: argparse.Namespace) -> int:
     )
     if axis == "depth" and not any(s.scale.depth for s in results.sizes):
         raise UserError(f"{root}: no depth recorded for the sweep's sizes; use --x params or --x compute")
+    depths = {s.scale.depth for s in results.sizes}
+    if axis == "depth" and len(depths) == 1 and len({s.size for s in results.sizes}) > 1 and not results.loops_axis:
+        raise UserError(f"{root}: --x depth: every size of this sweep has {depths.pop()} blocks (its sizes differ in "
+                        "width, not depth); fit on --x params or --x compute")
     doc = build_report(results, opts)
     doc.elapsed_s = time.perf_counter() - started
     if not args.no_write:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sweeper.commands.cliargs import add_format, add_out, add_overrides, add_wide
+from sweeper.commands.cliargs import add_format, add_out, add_overrides, add_wide, plural
 from sweeper.core.errors import UserError
 
 DEFAULT_THROUGHPUT = 2e14  # FLOP/s per GPU for --dry-run estimates: ~25% of an H100/H200's dense bf16 peak
@@ -151,7 +151,8 @@ def print_summary(summary: Any, console: Any) -> None:
 
     done = sum(summary.counts.values())
     verb = "stopped" if summary.interrupted else "finished"
-    console.print(Text.assemble((f"Sweep {verb}", "bold"), f": {counts_line(summary.counts)} ({done} cells) in "
+    console.print(Text.assemble((f"Sweep {verb}", "bold"),
+                                f": {counts_line(summary.counts)} ({plural(done, 'cell')}) in "
                                 f"{summary.sweep_dir}"))
     ratio = f"{summary.overhead_ratio:.2f}" if summary.overhead_ratio else "—"
     if summary.simulation:  # training seconds are simulated ones: the slot-time shares below would mix clocks
@@ -292,18 +293,19 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any, memory
         print(json.dumps({"cells": rows, "done": sorted(done), "totals": totals}, indent=2, default=str))
         return 0
     if state is not None and not rows:
-        console.print(Text(f"{plan.config.name}: nothing left to run: all {len(done)} cells of this plan are finished in "
-                           f"{plan.sweep_dir} ({state.points} points trained); a launch would change nothing. "
+        cells = f"all {plural(len(done), 'cell')} of this plan are" if len(done) > 1 else "the plan's one cell is"
+        console.print(Text(f"{plan.config.name}: nothing left to run: {cells} finished in {plan.sweep_dir} "
+                           f"({plural(state.points, 'point')} trained); a launch would change nothing. "
                            f"See `sweeper optima {plan.sweep_dir}`", style="bold"))
         return 0
     if state is not None:  # an existing sweep: what it holds, and what a launch would add
         new = totals["new_cells"]
-        console.print(f"{plan.sweep_dir} already holds {len(done)} finished cells of this plan ({state.points} points "
+        console.print(f"{plan.sweep_dir} already holds {plural(len(done), 'finished cell')} of this plan ({state.points} points "
                       f"trained); a launch would run the {len(rows)} below: {len(rows) - new} to continue, {new} new",
                       highlight=False)
         if new and len(state.statuses) and all(state.done(cid) for cid in state.statuses):
-            console.print(labelled("warning:", f"a launch would extend the finished sweep in {plan.sweep_dir} with {new} "
-                                               "new cells (the settings or overrides add them); --out DIR starts a "
+            console.print(labelled("warning:", f"a launch would extend the finished sweep in {plan.sweep_dir} with "
+                                               f"{plural(new, 'new cell')} (the settings or overrides add them); --out DIR starts a "
                                                "separate sweep"), highlight=False)
     title = "plan of what a launch would add" if state is not None else "plan"
     table = Layout(f"{plan.config.name}: {title} (dry run, nothing is written)", [

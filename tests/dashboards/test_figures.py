@@ -358,14 +358,20 @@ def test_status_grid_colours_each_cell_by_status_and_counts_points(midway):
     order = list(style.STATUS_COLOURS)
     status = group_status(midway)
     counts = midway.points.group_by("method", "size").agg(
-        pl.len(), pl.col("state").is_in(["ok", "diverged", "failed"]).sum().alias("done")
+        pl.len(), pl.col("state").is_in(["ok", "diverged", "failed"]).sum().alias("done"),
+        (pl.col("state") == "diverged").sum().alias("diverged"),
     )
+    seeds = midway.cells.group_by("method", "size").agg(pl.len().alias("n"))
+    n_seeds = {(r["method"], r["size"]): r["n"] for r in seeds.iter_rows(named=True)}
     for r in counts.iter_rows(named=True):
         i = heat["y"].index(r["method"])
         j = heat["x"].index(r["size"])
         st = status[(r["method"], r["size"])]
         assert heat["z"][i][j] == pytest.approx((order.index(st) + 0.5) / len(order))
-        assert heat["text"][i][j] == f"{st}<br>{r['done']}/{r['len']} pts"
+        n = n_seeds[(r["method"], r["size"])]
+        # points summed over the seeds the cell names; diverged points said, never hidden behind the colour
+        assert heat["text"][i][j] == (f"{st}<br>{r['done']}/{r['len']} pts · {n} seed{'s' if n > 1 else ''}"
+                                      + (f"<br>{r['diverged']} diverged" if r["diverged"] else ""))
     legend = [t["name"] for t in spec["data"][1:]]
     assert legend == ["pending", "running", "bracketed", "edge", "diverged"]
 
