@@ -66,8 +66,8 @@ class Layout:
         vertical rules, two spaces between columns), what a narrow terminal gets before losing columns."""
         compact = {"box": box.SIMPLE_HEAD, "show_edge": False, "pad_edge": False, "padding": (0, 1, 0, 0)} \
             if short else self.style
-        table = Table(title=self.title, title_justify="left", header_style="bold", caption=self.caption,
-                      caption_justify="left", **compact)  # type: ignore[arg-type]
+        table = Table(header_style="bold", caption=self.caption, caption_justify="left",
+                      **compact)  # type: ignore[arg-type]
         for i in shown:
             col = self.cols[i]
             table.add_column((col.short or col.name) if short else col.name, justify=col.justify,  # type: ignore[arg-type]
@@ -81,6 +81,10 @@ class Layout:
     def render(self, console: Console, *, wide: bool = False) -> list[RenderableType]:
         """What to print: the table (all its columns when `wide` or when they fit), or the table without its
         low-priority columns, or one block per row; and a footnote naming what was left out."""
+        head = [Text(self.title, style="bold")] if self.title else []  # wrapped at the console's width, not the table's
+        return head + self._fit(console, wide)
+
+    def _fit(self, console: Console, wide: bool) -> list[RenderableType]:
         every = list(range(len(self.cols)))
         self.dropped = []
         if wide:
@@ -112,8 +116,6 @@ class Layout:
 
     def _blocks(self) -> list[RenderableType]:
         out: list[RenderableType] = []
-        if self.title:
-            out.append(Text(self.title, style="bold"))
         for row in self.rows:
             for kept in (True, False):  # the identity and answer first, the other columns indented below
                 line = Text("" if kept else "  ")
