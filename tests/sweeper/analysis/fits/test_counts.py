@@ -42,3 +42,21 @@ def test_fit_counts_diverged_and_stalled_apart_as_optima_does(make_sweep, capsys
     assert main(["fit", str(sweep), "--resamples", "200", "--no-write", "--wide"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "points summed over seeds" in text and "distinct LRs" in text and "stalled" in text
+
+
+def test_fit_refuses_a_depth_axis_where_the_sizes_differ_in_width(make_sweep, tmp_path, capsys) -> None:
+    """A width sweep (every size the same depth): `--x depth` would fit on one x; it says which axes work."""
+    from sweeper.core.rows import CellRow, PointRow
+    from sweeper.records.store import MANIFEST, StoreWriter, load_cells, load_points
+
+    source = make_sweep(truths=TRUTHS, depths=[8, 16, 32, 64])
+    root = tmp_path / "widths"
+    root.mkdir()
+    (root / MANIFEST).write_text((source / MANIFEST).read_text())
+    writer = StoreWriter(root)
+    writer.append_points([PointRow.from_columns({**r, "depth": 12}) for r in load_points(source).to_dicts()])
+    writer.write_cells([CellRow.from_columns({**r, "depth": 12}) for r in load_cells(source).to_dicts()])
+    assert main(["fit", str(root), "--x", "depth", "--no-write"]) == 2
+    err = capsys.readouterr().err
+    assert "every size of this sweep has 12 blocks" in err and "--x params or --x compute" in err
+    assert main(["fit", str(root), "--x", "params", "--no-write", "--resamples", "200", "--json"]) == 0
