@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
             except KeyboardInterrupt:
                 return 0
     if args.json:
-        from sweeper.records.results import cell_rows  # the same fields as `sweeper optima --json`
+        from sweeper.records.results import cell_rows, stall_baselines  # the same fields as `sweeper optima --json`
 
         rows = cell_rows(args.dir)
         entropy = manifest.unigram_entropy
@@ -79,7 +79,9 @@ def run(args: argparse.Namespace) -> int:
             busy = busy_figures(args.dir, pool) or {}
         print(json.dumps({"name": manifest.name, "dir": str(args.dir), "simulated": manifest.is_simulated, **busy,
                           "unigram_entropy": entropy.to_json() if entropy is not None else None,
-                          "stall_margin": manifest.stall_margin, "cells": rows}, indent=2, default=str))
+                          "stall_margin": manifest.stall_margin,
+                          # the frequency-only losses on the eval batches the points were judged against
+                          "stall_baselines": stall_baselines(args.dir), "cells": rows}, indent=2, default=str))
         return 0
     from sweeper.records.layout import print_layout  # (see above)
 

@@ -102,6 +102,8 @@ def test_optima_and_status_print_them(tmp_path, capsys):
     assert "data: unigram entropy 3.2509 nats (exact, 30,460,934 training tokens)" in text
     assert "1 stalled" in text and "stall" in text
     assert main(["status", str(root), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["stall_baselines"] == [3.245]
+    assert main(["status", str(root), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["unigram_entropy"] == UNIGRAM and {c["cell_id"]: c["n_stalled"] for c in doc["cells"]}["post/L32/s0"] == 3
 
