@@ -66,8 +66,7 @@ class Layout:
         vertical rules, two spaces between columns), what a narrow terminal gets before losing columns."""
         compact = {"box": box.SIMPLE_HEAD, "show_edge": False, "pad_edge": False, "padding": (0, 1, 0, 0)} \
             if short else self.style
-        table = Table(header_style="bold", caption=self.caption, caption_justify="left",
-                      **compact)  # type: ignore[arg-type]
+        table = Table(header_style="bold", **compact)  # type: ignore[arg-type]
         for i in shown:
             col = self.cols[i]
             table.add_column((col.short or col.name) if short else col.name, justify=col.justify,  # type: ignore[arg-type]
@@ -81,19 +80,22 @@ class Layout:
     def render(self, console: Console, *, wide: bool = False) -> list[RenderableType]:
         """What to print: the table (all its columns when `wide` or when they fit), or the table without its
         low-priority columns, or one block per row; and a footnote naming what was left out."""
-        head = [Text(self.title, style="bold")] if self.title else []  # wrapped at the console's width, not the table's
-        return head + self._fit(console, wide)
+        # The title and caption wrap at the console's width, not at a narrow table's.
+        head = [Text(self.title, style="bold")] if self.title else []
+        body, note = self._fit(console, wide)
+        return head + body + ([Text(self.caption, style="dim")] if self.caption else []) + ([note] if note else [])
 
-    def _fit(self, console: Console, wide: bool) -> list[RenderableType]:
+    def _fit(self, console: Console, wide: bool) -> tuple[list[RenderableType], Text | None]:
+        """The table or the blocks, and the note on what was left out (None: nothing)."""
         every = list(range(len(self.cols)))
         self.dropped = []
         if wide:
-            return [self._table(every, short=False)]
+            return [self._table(every, short=False)], None
         width = console.width
         shown = every
         table = self._table(shown, short=False)
         if _width(console, table) <= width:
-            return [table]
+            return [table], None
         table = self._table(shown, short=True)
         order = sorted((i for i in every if not self.cols[i].keep), key=lambda i: (-self.cols[i].priority, -i))
         for i in order:
@@ -104,9 +106,9 @@ class Layout:
             table = self._table(shown, short=True)
         if _width(console, table) > width:  # even the identity and the answer do not fit side by side
             self.dropped = []
-            return [*self._blocks(), self._note(width, blocks=True)]
+            return self._blocks(), self._note(width, blocks=True)
         self.dropped = [c.name for c in self.cols if c.name in self.dropped]  # in the table's order
-        return [table, self._note(width)] if self.dropped else [table]
+        return [table], self._note(width) if self.dropped else None
 
     def _note(self, width: int, blocks: bool = False) -> Text:
         if blocks:
@@ -126,8 +128,6 @@ class Layout:
                     line.append_text(value)
                 if cells:
                     out.append(line)
-        if self.caption:
-            out.append(Text(self.caption, style="dim"))
         return out
 
 
