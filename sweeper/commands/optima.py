@@ -16,7 +16,7 @@ from sweeper.commands.cliargs import add_format, add_wide
 
 COLUMNS = ("method", "size", "seed", "status", "best_lr", "best_loss", "best_loss_se", "within_noise", "neighbour_lr",
            "neighbour_gap", "neighbour_gap_se", "interp_lr", "interp_objective", "n_points", "n_diverged", "n_stalled",
-           "n_failed", "n_running", "best_lambada_ppl", "best_loop_losses", "params", "depth", "cell_id")
+           "n_failed", "n_infra_failed", "n_running", "best_lambada_ppl", "best_loop_losses", "params", "depth", "cell_id")
 
 
 def register(subparsers: Any) -> None:
