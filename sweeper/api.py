@@ -212,8 +212,17 @@ class Sweep:
         return self.manifest.name_or(self.path)
 
     def points(self) -> pl.DataFrame:
-        """Every point's current row (the store's `points` table, one row per point, in write order)."""
-        return load_points(self.path)
+        """Every point's current row (the store's `points` table, one row per point, in write order), with
+        `train_seconds` the point's share of its Tune trial's training time (a trial trains a stack of points at
+        once: its time over its members, so that the shares sum to the sweep's training time) and
+        `trial_train_seconds` the whole trial's (what the store keeps on every member)."""
+        points = load_points(self.path)
+        if not points.height:
+            return points.with_columns(pl.col("train_seconds").alias("trial_train_seconds"))
+        trial = pl.col("train_seconds").max().over("trial_id")
+        members = pl.len().over("trial_id")
+        share = pl.when(pl.col("trial_id").is_null()).then(pl.col("train_seconds")).otherwise(trial / members)
+        return points.with_columns(trial.alias("trial_train_seconds"), share.alias("train_seconds"))
 
     def curves(self) -> pl.DataFrame:
         """Learning-curve rows: train loss every report, eval loss when evaluated, against `step` and `tokens`."""

@@ -22,9 +22,13 @@ from dashboards.figures.common import (
 )
 
 
+STALL_MARK = "□ "  # as the loss-vs-LR plot marks a stalled point (style.STALLED_SYMBOL)
+
+
 def status_grid(data: SweepData) -> FigureDict:
-    """Method × size: the cell status over seeds (colour) and the points done (text)."""
-    layout = style.base_layout("Sweep status", height=200, uirevision="status_grid")
+    """Method × size: the cell status over seeds (colour) and the points done, diverged and stalled (text,
+    summed over the seeds, which the cell names)."""
+    layout = style.base_layout("Sweep status (points summed over seeds)", height=200, uirevision="status_grid")
     methods, sizes = present_methods(data), present_sizes(data)
     layout["height"] = 170 + 46 * max(len(methods), 1)
     layout["xaxis"] = style.axis("Size", type="category", showgrid=False, ticks="", mirror=False, showline=False)
@@ -88,8 +92,12 @@ def status_grid(data: SweepData) -> FigureDict:
             zr.append((order.index(st) + 0.5) / k)
             done, total = c.get("done", 0), c.get("total", 0)
             ppl = ppl_by_group.get((m, s))  # geometric mean over seeds, as `sweeper fit`'s table
-            tr.append(f"{st}<br>{done}/{total} pts" + (f"<br>ppl {math.exp(sum(map(math.log, ppl)) / len(ppl)):.4g}"
-                                                       if ppl else ""))
+            n_seeds = len(seeds.get((m, s), [])) or 1
+            bad = [f"{c[k]} {k}" if k != "stalled" else f"{STALL_MARK}{c[k]} stalled"
+                   for k in ("diverged", "stalled") if c.get(k)]  # never hidden behind a green cell
+            tr.append(f"{st}<br>{done}/{total} pts · {n_seeds} seed{'s' if n_seeds > 1 else ''}"
+                      + (f"<br>{', '.join(bad)}" if bad else "")
+                      + (f"<br>ppl {math.exp(sum(map(math.log, ppl)) / len(ppl)):.4g}" if ppl else ""))
             details = [f"{done} of {total} points done", f"{c.get('running', 0)} running",
                        f"{c.get('diverged', 0)} diverged", f"{c.get('stalled', 0)} stalled",
                        f"{c.get('failed', 0)} failed", f"{c.get('infra_failed', 0)} infra_failed"]  # fmt: skip

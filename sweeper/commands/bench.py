@@ -237,18 +237,17 @@ def run_suite(args: argparse.Namespace) -> int:
 
 def print_suite(result: dict[str, Any]) -> None:
     # start-up time: imported when used, not on every CLI start
-    from rich.table import Table
-
+    from sweeper.records.layout import Col, Layout, print_layout
     from sweeper.records.table import make_console
 
-    table = Table(title=f"GPU suite on {result['device']}{' (quick)' if result['quick'] else ''}: "
-                        f"{result['seconds']:.0f} s of {result['budget_s']:.0f}", header_style="bold", title_justify="left")
-    for column in ("check", "status", "goal", "seconds"):
-        table.add_column(column)
+    table = Layout(f"GPU suite on {result['device']}{' (quick)' if result['quick'] else ''}: "
+                   f"{result['seconds']:.0f} s of {result['budget_s']:.0f}", [
+                       Col("check", keep=True, justify="left"), Col("status", keep=True, justify="left"),
+                       Col("goal", priority=2, justify="left"), Col("seconds", priority=1, justify="left")])
     for name, check in result["checks"].items():
         seconds = check.get("seconds")
         table.add_row(name, str(check.get("status")), str(check.get("goal", "")), f"{seconds:.0f}" if seconds else "")
-    make_console().print(table)
+    print_layout(make_console(), table)
 
 
 def _si(x: float, unit: str) -> str:
@@ -264,9 +263,9 @@ def _pct(x: float | None) -> str:
 
 def print_result(result: dict[str, Any]) -> None:
     # start-up time: imported when used, not on every CLI start
-    from rich.table import Table
     from rich.text import Text
 
+    from sweeper.records.layout import Col, Layout, print_layout
     from sweeper.records.table import make_console
 
     console = make_console()
@@ -293,11 +292,9 @@ def print_result(result: dict[str, Any]) -> None:
             f"in chunks of {e['chunk']}); the first one (not measured) took {e['warmup_eval_s']:.2f} s", highlight=False)
     else:
         console.print("evaluation left out (--no-eval)", highlight=False)
-    table = Table(header_style="bold")
-    table.add_column("")
     runs = result["runs"]
-    for name in runs:
-        table.add_column(f"{s['stack']}-stack" if name == "stack" else f"{s['stack']} separate models", justify="right")
+    table = Layout(None, [Col("", keep=True, justify="left"), *(
+        Col(f"{s['stack']}-stack" if name == "stack" else f"{s['stack']} separate models", keep=True) for name in runs)])
     rows = [
         ("measured steps", lambda r: str(r["steps"])),
         ("step time (median)", lambda r: f"{1000 * r['step_s_median']:.1f} ms"),
@@ -310,7 +307,7 @@ def print_result(result: dict[str, Any]) -> None:
     ]
     for label, cell in rows:
         table.add_row(label, *(cell(r) for r in runs.values()))
-    console.print(table)
+    print_layout(console, table)
     peaks = ", ".join(f"{x:.0f}" for x in result["matmul_peak_gflops_measured"])
     per_cpu = result["matmul_peak_gflops_per_cpu_s"]
     console.print(
@@ -334,13 +331,12 @@ def print_result(result: dict[str, Any]) -> None:
 
 def print_breakdown(console: Any, b: dict[str, Any], step_s: float) -> None:
     # start-up time: imported when used, not on every CLI start
-    from rich.table import Table
+    from sweeper.records.layout import Col, Layout, print_layout
 
-    table = Table(title=f"where a step's time goes ({b['steps']} profiled steps of the stack, "
-                  f"{1000 * b['profiled_step_s']:.1f} ms each under the profiler vs {1000 * step_s:.1f} ms measured)",
-                  header_style="bold", title_justify="left")
-    for column in ("work", "ms per step", "share", "rate on its own"):
-        table.add_column(column, justify="left" if column == "work" else "right")
+    table = Layout(f"where a step's time goes ({b['steps']} profiled steps of the stack, "
+                   f"{1000 * b['profiled_step_s']:.1f} ms each under the profiler vs {1000 * step_s:.1f} ms measured)", [
+                       Col("work", keep=True, justify="left"), Col("ms per step", keep=True), Col("share", keep=True),
+                       Col("rate on its own", priority=1)])
     rates = {"gemm": b["gemm_rate"], "attention": b["attention_rate"]}
     labels = {"gemm": "GEMMs (parameter matmuls: the 6N FLOPs)", "attention": "attention (SDPA: the 12LTd FLOPs)",
               "compiled graphs": "compiled graphs (fused elementwise, optimizer)", "other": "other operators"}
@@ -348,7 +344,7 @@ def print_breakdown(console: Any, b: dict[str, Any], step_s: float) -> None:
         r = rates.get(kind)
         rate = f"{r['gflops_per_s']:.1f} GFLOP/s = {100 * r['fraction_of_peak']:.1f}% of peak" if r else ""
         table.add_row(labels[kind], f"{ms:.1f}", f"{100 * b['share'][kind]:.1f}%", rate)
-    console.print(table)
+    print_layout(console, table)
     top = ", ".join(f"{name} {ms:.1f} ms" for name, ms in b["top_other_ms_per_step"].items())
     if top:
         console.print(f"largest other operators per step: {top}", highlight=False)
@@ -373,13 +369,10 @@ def data_path_figures(settings: Any, data: Any, result: dict[str, Any]) -> dict[
 
 def print_data_path(console: Any, d: dict[str, Any]) -> None:
     # start-up time: imported when used, not on every CLI start
-    from rich.table import Table
+    from sweeper.records.layout import Col, Layout, print_layout
 
-    table = Table(title=f"data path: {d['source']}, {d['tokens_per_batch']:,} tokens per batch, {d['batches']} batches",
-                  header_style="bold", title_justify="left")
-    table.add_column("stage")
-    table.add_column("tokens/s", justify="right")
-    table.add_column("vs the step", justify="right")
+    table = Layout(f"data path: {d['source']}, {d['tokens_per_batch']:,} tokens per batch, {d['batches']} batches",
+                   [Col("stage", keep=True, justify="left"), Col("tokens/s", keep=True), Col("vs the step", keep=True)])
     step = d["step_tokens_per_s"]
     rows = [("read + collate (training thread, no prefetch)", d["read_collate_tokens_per_s"]),
             ("host-to-device copy (pinned, non_blocking)", d["host_to_device_tokens_per_s"]),
@@ -387,7 +380,7 @@ def print_data_path(console: Any, d: dict[str, Any]) -> None:
             ("training step consumes", step)]
     for label, rate in rows:
         table.add_row(label, "—" if rate is None else f"{rate:,.0f}", "—" if rate is None else f"{rate / step:.1f}x")
-    console.print(table)
+    print_layout(console, table)
     verdict = "the data path keeps up" if d["headroom"] >= 2 else "the data path may starve the step"
     console.print(f"headroom {d['headroom']:.1f}x: {verdict} (keep it well above 1: the prefetch thread shares the CPUs)",
                   highlight=False)

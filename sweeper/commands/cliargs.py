@@ -57,3 +57,15 @@ def subparser_of(parser: argparse.ArgumentParser, command: str | None) -> Any:
         if isinstance(action, argparse._SubParsersAction) and command in action.choices:
             return action.choices[command]
     return parser
+
+
+def add_wide(parser: argparse.ArgumentParser) -> None:
+    """`--wide`: every column of the command's tables, whatever the terminal's width."""
+    parser.add_argument("--wide", action="store_true",
+                        help="print every column, wider than the terminal if need be (by default columns that do "
+                             "not fit are left out, and a footnote names them)")
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """'1 seed', '2 seeds' ('1 bus', '2 buses' with `many`)."""
+    return f"{n} {word}" if n == 1 else f"{n} {many or word + 's'}"

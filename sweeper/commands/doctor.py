@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from sweeper.commands.cliargs import add_format
+from sweeper.commands.cliargs import add_format, add_wide
 from sweeper.core.errors import UserError
 
 DEFAULT_STORAGE = "runs"  # where a sweep without `output` or `ray.storage` writes (runs/NAME/ray)
@@ -38,6 +38,7 @@ def register(subparsers: Any) -> None:
                              f"ray.storage, else its output's ray/ folder, else ./{DEFAULT_STORAGE})")
     parser.add_argument("--yaml", metavar="SWEEP.yaml", help="a sweep file: its data paths, storage and scratch")
     add_format(parser)
+    add_wide(parser)
     parser.set_defaults(func=run)
 
 
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(found.to_dict(), indent=2, default=str))
     else:
-        _print(found)
+        _print(found, wide=args.wide)
     return 0 if found.ok else 1
 
 
@@ -93,22 +94,22 @@ def _from_yaml(path: str, storage: str | None) -> tuple[Any, str | None, list[st
     return sweep_storage(plan, storage), plan.config.ray.scratch, paths
 
 
-def _print(found: Any) -> None:
-    from rich.table import Table  # (see `run`)
-
+def _print(found: Any, wide: bool = False) -> None:
+    from sweeper.records.layout import Col, Layout, print_layout  # (see `run`)
     from sweeper.records.table import make_console
 
     console = make_console()
-    table = Table(title=f"storage: {found.storage}", title_justify="left", header_style="bold")
-    for column in ("node", "storage", "GPUs", "CPUs", "scratch free GB", "data"):
-        table.add_column(column)
+    table = Layout(f"storage: {found.storage}", [
+        Col("node", keep=True, justify="left"), Col("storage", keep=True, justify="left"),
+        Col("GPUs", priority=2, justify="left"), Col("CPUs", priority=3, justify="left"),
+        Col("scratch free GB", priority=3, short="free GB", justify="left"), Col("data", priority=2, justify="left")])
     for n in found.nodes:
         gpus = ", ".join(f"{g['name']} {g['memory_gb']:g} GiB" for g in n.get("gpus") or []) or "none"
         data = n.get("data") or {}
         table.add_row(str(n.get("node")), {True: "ok", False: "FAILED", None: "—"}[n.get("storage_ok")], gpus,
                       str(n.get("cpus")), str(n.get("disk_free_gb")),
                       f"{sum(data.values())}/{len(data)} readable" if data else "—")
-    console.print(table)
+    print_layout(console, table, wide=wide)
     for problem in found.problems:
         console.print(f"problem: {problem}", highlight=False, soft_wrap=True)
     console.print("ok" if found.ok else f"{len(found.problems)} problem(s)", highlight=False)

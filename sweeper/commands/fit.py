@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sweeper.commands.cliargs import add_format
+from sweeper.commands.cliargs import add_format, add_wide
 from sweeper.core.errors import UserError
 
 if TYPE_CHECKING:  # the document's types load with `run` (start-up time)
@@ -118,7 +118,8 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("dir", help="the sweep directory (what `sweeper launch` wrote)")
     parser.add_argument("--x", choices=["depth", "params", "compute"], default=None,
-                        help="the scale axis (default: the sweep's own: depth for a depth sweep, params for named sizes)")
+                        help="the scale axis (default: the sweep's own: depth for a depth sweep, params for named sizes or a "
+                             "width sweep, where depth does not vary and is refused)")
     parser.add_argument("--to", type=_size_arg, nargs="+", default=[], metavar="VALUE",
                         help="predict loss and optimal LR at these x values (1024, 350M, 1.3B, 2e9)")
     parser.add_argument("--n", dest="n_def", choices=["nonembed", "total"], default="nonembed",
@@ -143,6 +144,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--resamples", type=_resamples_arg, default=2000, help="bootstrap resamples (default 2000)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap random seed (default 0: reproducible)")
     add_format(parser)
+    add_wide(parser)
     parser.add_argument("--no-write", action="store_true", help="do not write DIR/fits.json")
     parser.set_defaults(func=run)
 
@@ -168,6 +170,10 @@ def run(args: argparse.Namespace) -> int:
     )
     if axis == "depth" and not any(s.scale.depth for s in results.sizes):
         raise UserError(f"{root}: no depth recorded for the sweep's sizes; use --x params or --x compute")
+    depths = {s.scale.depth for s in results.sizes}
+    if axis == "depth" and len(depths) == 1 and len({s.size for s in results.sizes}) > 1 and not results.loops_axis:
+        raise UserError(f"{root}: --x depth: every size of this sweep has {depths.pop()} blocks (its sizes differ in "
+                        "width, not depth); fit on --x params or --x compute")
     doc = build_report(results, opts)
     doc.elapsed_s = time.perf_counter() - started
     if not args.no_write:
@@ -183,8 +189,8 @@ def run(args: argparse.Namespace) -> int:
         json.dump(doc.to_json(), sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
         return 0
-    render(doc, written=None if args.no_write else root / FITS, lr_label=lr_label_of(root))
-    render_lambada(root)
+    render(doc, written=None if args.no_write else root / FITS, lr_label=lr_label_of(root), wide=args.wide)
+    render_lambada(root, wide=args.wide)
     return 0
 
 
@@ -199,12 +205,11 @@ def lr_label_of(root: Path) -> tuple[str, str | None] | None:
     return None if axis is None else (axis.label, axis.note)
 
 
-def render_lambada(root: Path) -> None:
+def render_lambada(root: Path, wide: bool = False) -> None:
     """LAMBADA perplexity by method and size beside the loss (a sweep with `eval.tasks: [lambada]`), read from
     the store's points: no power law, the measured numbers of each cell's best point."""
     # start-up time: imported when used, not on every CLI start
-    from rich.table import Table
-
+    from sweeper.records.layout import Col, Layout, print_layout
     from sweeper.records.results import lambada_by_size
     from sweeper.records.table import make_console
 
@@ -212,20 +217,22 @@ def render_lambada(root: Path) -> None:
     if not rows:
         return
     sizes = list(dict.fromkeys(r["size"] for r in sorted(rows, key=lambda r: (r["params"] or 0, r["size"]))))
-    table = Table(title="LAMBADA perplexity by size (last word; the best point of each cell, geometric mean over "
-                  "seeds) · loss", title_justify="left", header_style="bold")
-    table.add_column("method")
-    for size in sizes:
-        table.add_column(size, justify="right")
+    table = Layout("LAMBADA perplexity by size (last word; the best point of each cell, geometric mean over "
+                   "seeds) · loss", [Col("method", keep=True, justify="left"), *(Col(size, keep=True) for size in sizes)])
     by = {(r["method"], r["size"]): r for r in rows}
     for method in dict.fromkeys(r["method"] for r in rows):
         cells = []
         for size in sizes:
             r = by.get((method, size))
             cells.append("—" if r is None else f"{r['lambada_ppl']:.4g} · {r['loss']:.4f}"
-                         + (f" ({len(r['seeds'])} seeds)" if len(r["seeds"]) > 1 else ""))
+                         + (f" ({seeds(len(r['seeds']))})" if len(r["seeds"]) > 1 else ""))
         table.add_row(method, *cells)
-    make_console().print(table)
+    print_layout(make_console(), table, wide=wide)
+
+
+def seeds(n: int) -> str:
+    """'1 seed', '3 seeds'."""
+    return f"{n} seed" if n == 1 else f"{n} seeds"
 
 
 def _g(v: Any, spec: str = ".4g") -> str:
@@ -275,14 +282,23 @@ def _trust(section: CurveSection | None) -> Any:
 def _points_table(doc: FitsDocument, x_name: str) -> Any:
     """The fitted points: per (method, size) the mean over seeds, the seeds' spread and the SEs."""
     # start-up time: imported when used, not on every CLI start
-    from rich.table import Table
-
     from sweeper.analysis.fits.units import format_size
+    from sweeper.records.layout import Col, Layout
 
-    table = Table(title="Fitted points: best loss, mean over seeds", title_justify="left", header_style="bold")
-    for col in ("method", "size", x_name, "loss", "seeds", "seeds' spread (sd)", "SE of the mean", "eval SE",
-                "per seed (± eval SE)"):
-        table.add_column(col, justify="left" if col in ("method", "size", "per seed (± eval SE)") else "right")
+    failed = doc.inputs.failed
+    caption = None
+    if failed:
+        by: dict[tuple[str, str], list[str]] = {}
+        for cell in failed:
+            by.setdefault((cell.method, cell.size), []).append(f"s{cell.seed} {cell.status}")
+        caption = "no usable learning rate (every point diverged or stalled): " + "; ".join(
+            f"{m} {size} ({', '.join(v)})" for (m, size), v in sorted(by.items()))
+    table = Layout("Fitted points: best loss, mean over seeds", [
+        Col("method", keep=True, justify="left"), Col("size", keep=True, justify="left"), Col(x_name, priority=2),
+        Col("loss", keep=True), Col("seeds", priority=2), Col("seeds' spread (sd)", priority=3, short="sd"),
+        Col("SE of the mean", priority=3, short="SE"), Col("eval SE", priority=4),
+        Col("per seed (± eval SE)", priority=5, justify="left", short="per seed"),
+    ], caption=caption)
     for method, m in doc.methods.items():
         for row in m.sizes:
             per_seed = []
@@ -292,14 +308,6 @@ def _points_table(doc: FitsDocument, x_name: str) -> Any:
             table.add_row(method, size, format_size(row.x) if row.x else "—", f"{row.loss:.4f}",
                           str(len(row.seeds)), _g(row.loss_sd, ".4f"), _g(row.loss_se, ".4f"),
                           _g(row.loss_eval_se, ".4f"), ", ".join(per_seed) + _missing_text(row.missing_seeds))
-    failed = doc.inputs.failed
-    if failed:
-        by: dict[tuple[str, str], list[str]] = {}
-        for cell in failed:
-            by.setdefault((cell.method, cell.size), []).append(f"s{cell.seed} {cell.status}")
-        table.caption = "no usable learning rate (every point diverged or stalled): " + "; ".join(
-            f"{m} {size} ({', '.join(v)})" for (m, size), v in sorted(by.items()))
-        table.caption_justify = "left"
     _add_unfitted_partial_rows(table, doc)
     return table
 
@@ -310,7 +318,7 @@ def _missing_text(missing: Any) -> str:
 
 
 def _add_unfitted_partial_rows(table: Any, doc: FitsDocument) -> None:
-    """Partial sizes left out of the fits (no --allow-partial): dim rows, marked, with their surviving seeds."""
+    """Partial sizes left out of the fits (no --allow-partial): rows marked "(partial, not fitted)", with their surviving seeds."""
     from sweeper.analysis.fits.units import format_size  # (see `run`)
 
     for p in doc.inputs.partial:
@@ -318,32 +326,57 @@ def _add_unfitted_partial_rows(table: Any, doc: FitsDocument) -> None:
             continue
         per_seed = ", ".join(f"{v:.4f}" for v in p.loss_seeds if v is not None)
         table.add_row(p.method, f"{p.size} (partial, not fitted)", format_size(p.x) if p.x else "—",
-                      _g(p.loss, ".4f"), str(len(p.seeds)), "", "", "", per_seed + _missing_text(p.missing_seeds),
-                      style="dim")
+                      _g(p.loss, ".4f"), str(len(p.seeds)), "", "", "", per_seed + _missing_text(p.missing_seeds))
     if any(not p.fitted for p in doc.inputs.partial):
         note = ("partial: some seed of the size gave no usable optimum; the surviving seeds' mean is not the size's, "
                 "so it is left out of the fits (--allow-partial fits it)")
         table.caption = note if not table.caption else f"{table.caption}\n{note}"
-        table.caption_justify = "left"
 
 
-def render(doc: FitsDocument, written: Path | None, lr_label: tuple[str, str | None] | None = None) -> None:
-    """The fits as rich tables: loss fits, predictions, LR laws, ranking, sensitivity, then every warning.
-    `lr_label`: what a point's LR is when it is not plainly the LR (Muon), and the ratio's note."""
+def _lr_trust(doc: FitsDocument, method: str) -> Any:
+    """The LR law's trust, and how many of its points fell back to the grid best where the interpolated optimum
+    was asked for (a neighbour diverged or stalled, or the cell's best is at an edge)."""
+    from rich.text import Text  # (see `_trust`)
+
+    m = doc.methods[method]
+    trust = _trust(m.lr_fit)
+    sources = [src for row in m.sizes for src in row.lr_source]
+    grid = sum(src == "grid" for src in sources)
+    if doc.inputs.lr_source == "interp" and grid:
+        return Text.assemble(trust, f" (grid LR at {grid} of {len(sources)})")
+    return trust
+
+
+def _prediction_trust(loss: CurveSection | None, lr: CurveSection | None) -> Any:
+    """'yes', or 'NO: loss fit, LR law' naming the fits behind a prediction that are not to be trusted (their
+    reasons are printed below the tables)."""
+    from rich.text import Text  # (see `_trust`)
+
+    doubtful = [name for name, section in (("loss fit", loss), ("LR law", lr))
+                if section is not None and not section.trustworthy]
+    if not doubtful:
+        return Text("yes", style="green")
+    return Text(f"NO: {', '.join(doubtful)}", style="bold red")
+
+
+def render(doc: FitsDocument, written: Path | None, lr_label: tuple[str, str | None] | None = None,
+           wide: bool = False) -> None:
+    """The fits as tables fitted to the terminal: loss fits, predictions, LR laws, ranking, sensitivity, then
+    every warning. `lr_label`: what a point's LR is when it is not plainly the LR (Muon), and the ratio's note."""
     # start-up time: imported when used, not on every CLI start
-    from rich.table import Table
     from rich.text import Text
 
     from sweeper.analysis.fits.report import LOOPS_LABEL
     from sweeper.analysis.fits.units import format_size
+    from sweeper.records.layout import Col, Layout, print_layout
     from sweeper.records.table import labelled, make_console
 
     console = make_console()
     x_name = "loop count" if doc.x_label == LOOPS_LABEL else str(doc.x)  # a loop-count sweep fits on `depth` = T
     console.print(Text.assemble((str(doc.sweep), "bold"),
                                 f": fits against {doc.x_label} · {doc.e_model} E · "
-                                f"{doc.options.resamples} bootstrap resamples ({doc.options.bootstrap}), "
-                                "95% intervals"))
+                                f"{doc.options.resamples} bootstrap resamples ({doc.options.bootstrap}) for E, A, "
+                                "α and the held-out check, 95% intervals"))
     console.print(doc.inputs.rule, style="dim")
     if x_name == "params" or doc.methods:
         console.print(doc.n_definition, style="dim")
@@ -355,9 +388,11 @@ def render(doc: FitsDocument, written: Path | None, lr_label: tuple[str, str | N
             reasons[key] = reasons.get(key, 0) + 1
         console.print("excluded cells: " + ", ".join(f"{n} {r}" for r, n in sorted(reasons.items())), style="dim")
 
-    loss = Table(title=f"Loss vs {x_name}: L = E + A·x^(-α)", title_justify="left", header_style="bold")
-    for col in ("method", "n", "E", "A", "α", "log-log slope", f"held-out {x_name}: predicted vs actual", "trust"):
-        loss.add_column(col, justify="left" if col in ("method",) else "right")
+    loss = Layout(f"Loss vs {x_name}: L = E + A·x^(-α)", [
+        Col("method", keep=True, justify="left"), Col("n", priority=2), Col("E", keep=True), Col("A", priority=4),
+        Col("α", keep=True), Col("log-log slope", priority=3, short="slope"),
+        Col(f"held-out {x_name}: predicted vs actual", priority=3, short="held-out"), Col("trust", keep=True),
+    ])
     for method, m in doc.methods.items():
         lf = m.loss_fit
         ho = lf.holdout
@@ -367,28 +402,35 @@ def render(doc: FitsDocument, written: Path | None, lr_label: tuple[str, str | N
                     f"{ho.actual:.4g} ({ho.rel_error:+.2%})")
         loss.add_row(method, str(lf.n_points), _iv(lf.E), _iv(lf.A), _iv(lf.alpha, ".3g"),
                      _iv(lf.loglog_slope, ".3g"), held, _trust(lf))
-    console.print(loss)
-    console.print(_points_table(doc, x_name))
+    print_layout(console, loss, wide=wide)
+    print_layout(console, _points_table(doc, x_name), wide=wide)
 
     lr_name = lr_label[0] if lr_label else "LR"
-    lr = Table(title=f"Optimal {lr_name} vs {x_name}: LR* = c·x^b", title_justify="left", header_style="bold")
-    if lr_label and lr_label[1]:
-        lr.caption, lr.caption_justify = lr_label[1], "left"
-    for col in ("method", "n", "exponent b", "c", "trust"):
-        lr.add_column(col, justify="left" if col == "method" else "right")
+    lr = Layout(f"Optimal {lr_name} vs {x_name}: LR* = c·x^b (intervals: calibrated residual bootstrap of the "
+                "log-log fit, whatever --bootstrap says)", [
+                    Col("method", keep=True, justify="left"), Col("n", priority=2), Col("exponent b", keep=True),
+                    Col("c", priority=3), Col("trust", keep=True)],
+                caption=lr_label[1] if lr_label and lr_label[1] else None)
     for method, m in doc.methods.items():
         law = m.lr_fit
         if law is None:  # a fixed recipe: no optimum was searched
             lrs = ", ".join(f"{v:.3g}" for v in m.recipe.lrs)
             lr.add_row(method, "—", f"fixed recipe (lr {lrs}): no LR law", "", "")
             continue
-        lr.add_row(method, str(law.n_points), _iv(law.exponent, ".3g"), _iv(law.coef, ".3g"), _trust(law))
-    console.print(lr)
+        lr.add_row(method, str(law.n_points), _iv(law.exponent, ".3g"), _iv(law.coef, ".3g"), _lr_trust(doc, method))
+    print_layout(console, lr, wide=wide)
+    if doc.inputs.lr_source == "interp" and any(src == "grid" for m in doc.methods.values() for row in m.sizes
+                                                for src in row.lr_source):
+        console.print("grid LR at k of n: where a cell had no interpolated optimum (not bracketed, or a neighbour "
+                      "of its best diverged or stalled), its grid best is the law's point", style="dim")
 
     if doc.targets:
-        pred = Table(title="Predictions at the --to targets", title_justify="left", header_style="bold")
-        for col in ("method", x_name, "loss, E + A·x^(-α)", "loss, pure power law", "optimal LR"):
-            pred.add_column(col, justify="left" if col == "method" else "right")
+        pred = Layout("Predictions at the --to targets", [
+            Col("method", keep=True, justify="left"), Col(x_name, keep=True),
+            Col("loss, E + A·x^(-α)", keep=True, short="loss"), Col("loss, pure power law", priority=3,
+                                                                     short="power law"),
+            Col("optimal LR", keep=True), Col("trust", keep=True, justify="left")],
+            caption="trust NO: the fit behind the prediction is not to be trusted; its warnings are below")
         for method, m in doc.methods.items():
             losses = {t.x: t for t in m.loss_fit.targets}
             plain = {t.x: t for t in (m.loss_fit.loglog.targets if m.loss_fit.loglog is not None else [])}
@@ -400,39 +442,42 @@ def render(doc: FitsDocument, written: Path | None, lr_label: tuple[str, str | N
                     _iv(lt.estimate) if lt else "— (no fit)",
                     _iv(pt.estimate) if pt else "— (no fit)",
                     _iv(rt.estimate, ".3g") if rt else "— (no LR law)",
+                    _prediction_trust(m.loss_fit if lt else None, m.lr_fit if rt else None),
                 )
-        console.print(pred)
+        print_layout(console, pred, wide=wide)
 
     if doc.ranking:
-        rank = Table(title="Methods ranked by loss at the largest common size", title_justify="left",
-                     header_style="bold")
         shared = any(r.compute_exponent_e_model == "shared" for r in doc.ranking)
-        for col in ("#", "method", "loss", "at", "compute exponent α_C" + (" (shared E)" if shared else ""),
-                    "lowest at every size"):
-            rank.add_column(col, justify="left" if col == "method" else "right")
-        if shared and doc.ranking_note:
-            rank.caption, rank.caption_justify = doc.ranking_note, "left"
+        rank = Layout("Methods ranked by loss at the largest common size", [
+            Col("#", keep=True), Col("method", keep=True, justify="left"), Col("loss", keep=True),
+            Col("at", priority=2), Col("compute exponent α_C" + (" (shared E)" if shared else ""), priority=3, short="α_C"),
+            Col("lowest at every size", priority=2, short="lowest everywhere")],
+            caption=doc.ranking_note if shared and doc.ranking_note else None)
         for r in doc.ranking:
             ce = _rank_exponent(doc, r)
             rank.add_row(str(r.rank), r.method, f"{r.loss_at_largest:.4f}",
                          format_size(r.x_at_largest) + ("" if r.comparable else " (own largest)"
                                                         if r.recipe is None or _same_recipe(doc) else
                                                         " (other recipe: not comparable)"),
-                         _exponent_cell(ce), "yes" if r.lowest_at_every_common_size else "")
-        console.print(rank)
+                         _exponent_cell(ce), "yes" if r.lowest_at_every_common_size else "no")
+        print_layout(console, rank, wide=wide)
 
-    sens = Table(title="LR sensitivity (Wortsman: mean capped loss over swept LRs − best) and near-optimal LRs (≤0.25%)",
-                 title_justify="left", header_style="bold")
-    for col in ("method", "size", "sensitivity", "on common LRs", "near-optimal LR range", "LRs", "diverged"):
-        sens.add_column(col, justify="left" if col in ("method", "size") else "right")
+    sens = Layout("LR sensitivity (Wortsman: mean capped loss over swept LRs − best) and near-optimal LRs (≤0.25%); "
+                  "points summed over seeds", [
+                      Col("method", keep=True, justify="left"), Col("size", keep=True, justify="left"),
+                      Col("seeds", priority=3), Col("sensitivity", keep=True), Col("on common LRs", priority=3,
+                                                                                    short="common"),
+                      Col("near-optimal LR range", priority=2, short="near-opt LRs"),
+                      Col("distinct LRs", priority=2, short="LRs"), Col("points", priority=2, short="pts"),
+                      Col("diverged", priority=2, short="div"), Col("stalled", priority=2, short="stall")])
     for method, m in doc.methods.items():
         for row in m.sensitivity:
             near = "—"
             if row.near_opt_lo is not None:
                 near = f"{row.near_opt_lo:.3g} – {row.near_opt_hi:.3g}" + (" (edge)" if row.near_opt_at_edge else "")
-            sens.add_row(method, row.size, _g(row.value), _g(row.value_common), near,
-                         str(row.n_lrs), str(row.n_diverged))
-    console.print(sens)
+            sens.add_row(method, row.size, str(len(row.seeds)), _g(row.value), _g(row.value_common), near,
+                         _g(row.n_distinct_lrs, "d"), str(row.n_lrs), str(row.n_diverged), _g(row.n_stalled, "d"))
+    print_layout(console, sens, wide=wide)
 
     for warning in doc.warnings:
         console.print(labelled("warning:", warning))

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sweeper.commands.cliargs import add_format, add_out, add_overrides
+from sweeper.commands.cliargs import add_format, add_out, add_overrides, add_wide, plural
 from sweeper.core.errors import UserError
 
 DEFAULT_THROUGHPUT = 2e14  # FLOP/s per GPU for --dry-run estimates: ~25% of an H100/H200's dense bf16 peak
@@ -60,6 +60,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--time-compression", type=float, metavar="X",
                         help="with --simulate: simulated seconds per wall second (overrides the surface's)")
     add_format(parser)
+    add_wide(parser)
     parser.set_defaults(func=run)
 
 
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     memory = checked_memory(plan)  # stack: auto refuses a cell that cannot fit one member
     if args.dry_run:
         return dry_run(plan, args.throughput, as_json=args.json, console=console, memory=memory,
-                       cpu_throughput=args.cpu_throughput, pool=args.pool)
+                       cpu_throughput=args.cpu_throughput, pool=args.pool, wide=args.wide)
     from sweeper.run.launch import launch  # Ray, Optuna and the trial code: only to run the sweep
 
     simulation = None
@@ -150,7 +151,8 @@ def print_summary(summary: Any, console: Any) -> None:
 
     done = sum(summary.counts.values())
     verb = "stopped" if summary.interrupted else "finished"
-    console.print(Text.assemble((f"Sweep {verb}", "bold"), f": {counts_line(summary.counts)} ({done} cells) in "
+    console.print(Text.assemble((f"Sweep {verb}", "bold"),
+                                f": {counts_line(summary.counts)} ({plural(done, 'cell')}) in "
                                 f"{summary.sweep_dir}"))
     ratio = f"{summary.overhead_ratio:.2f}" if summary.overhead_ratio else "—"
     if summary.simulation:  # training seconds are simulated ones: the slot-time shares below would mix clocks
@@ -222,9 +224,14 @@ def print_summary(summary: Any, console: Any) -> None:
 
 
 def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any, memory: Any = None,
-            cpu_throughput: float = DEFAULT_CPU_THROUGHPUT, pool: float | None = None) -> int:
-    from rich.table import Table  # (see `run`)
+            cpu_throughput: float = DEFAULT_CPU_THROUGHPUT, pool: float | None = None, wide: bool = False) -> int:
+    from dataclasses import replace  # (see `run`)
 
+    from rich.text import Text
+
+    from sweeper.records.layout import Col, Layout, print_layout
+    from sweeper.records.table import labelled
+    from sweeper.records.throughput import sweep_state
     from sweeper.search import bench_cache
     from sweeper.search.cost import cost_plan
     from sweeper.search.memory import describe
@@ -236,9 +243,17 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any, memory
         from sweeper.run.machine import local_gpu  # (see `run`): nvidia-smi, for GPU sweeps only
 
         gpu_model = (local_gpu() or (0, None))[1]
-    costs = cost_plan(plan, bench_cache.load(), gpu_throughput=throughput, cpu_throughput=cpu_throughput, pool=pool,
+    state = sweep_state(plan.sweep_dir)  # a directory with results: what is done, and its own measured rates
+
+    def swept(method: str, size: str) -> tuple[float, str] | None:
+        found = state.rate_for(method, size) if state is not None else None
+        return (found[0].flops_per_s, found[1]) if found is not None else None
+
+    every = cost_plan(plan, bench_cache.load(), gpu_throughput=throughput, cpu_throughput=cpu_throughput, pool=pool,
                       host_memory=host, device=device, measured=measured_peaks, gpu_model=gpu_model,
-                      cpu_model=bench_cache.cpu_model())
+                      cpu_model=bench_cache.cpu_model(), swept=swept)
+    done = {c.cell.cell_id for c in every.cells if state is not None and state.done(c.cell.cell_id)}
+    costs = replace(every, cells=[c for c in every.cells if c.cell.cell_id not in done])  # what a launch would run
     rows = []
     for c in costs.cells:
         cell, grid = c.cell, c.grid
@@ -253,7 +268,9 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any, memory
             "flops_per_point": cell.flops_per_token * cell.tokens_per_point, "initial_grid": grid,
             "max_points": cell.policy.max_points, "resources": cell.resources, "prior": cell.prior,
             "stack": c.stack, "stack_auto": stack, "fixed_lr": cell.policy.fixed, "trial_hours": c.trial_seconds / 3600,
-            "throughput": "measured" if c.measured else "assumed",
+            "throughput": "sweep" if c.swept else "measured" if c.measured else "assumed",
+            "status": state.statuses.get(cell.cell_id) if state is not None else None,
+            "sweep_flops_per_trial_s": (swept(cell.method, cell.size) or (None,))[0] if c.swept else None,
         })
     initial = sum(r["flops_per_point"] * len(r["initial_grid"]) for r in rows)
     cap = sum(r["flops_per_point"] * r["max_points"] for r in rows)
@@ -262,6 +279,8 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any, memory
         "cells": len(rows), "initial_points": sum(len(r["initial_grid"]) for r in rows),
         "initial_flops": initial, "cap_flops": cap, "throughput_flops_per_gpu": throughput,
         "sweep_dir": str(plan.sweep_dir), "stack": plan.config.stack, "concurrency": plan.config.concurrency, **cost,
+        "done_cells": len(done), "new_cells": sum(state is None or r["cell_id"] not in state.statuses for r in rows),
+        "done_points": state.points if state is not None else 0,
     }
     if "initial_gpu_hours" in cost:  # the cap, at the same rates as the initial grids
         totals["cap_gpu_hours"] = cost["initial_gpu_hours"] * cap / initial if initial else 0.0
@@ -271,13 +290,30 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any, memory
     if axis is not None:  # Muon: which LR the grids are (an AdamW sweep's plan is what it was)
         totals["lr_axis"] = {"label": axis.label, "note": axis.note, "adamw_lr_ratio": axis.ratios}
     if as_json:
-        print(json.dumps({"cells": rows, "totals": totals}, indent=2, default=str))
+        print(json.dumps({"cells": rows, "done": sorted(done), "totals": totals}, indent=2, default=str))
         return 0
-    table = Table(title=f"{plan.config.name}: plan (dry run, nothing is written)", title_justify="left",
-                  header_style="bold")
-    for name in ("method", "size", "seeds", "params", "tokens/pt", "steps", "FLOPs/pt", "initial grid",
-                 "stack: auto" if memory is not None else "stack", "trial h", "resources"):
-        table.add_column(name, justify="left" if name in ("method", "size", "initial grid", "resources") else "right")
+    if state is not None and not rows:
+        cells = f"all {plural(len(done), 'cell')} of this plan are" if len(done) > 1 else "the plan's one cell is"
+        console.print(Text(f"{plan.config.name}: nothing left to run: {cells} finished in {plan.sweep_dir} "
+                           f"({plural(state.points, 'point')} trained); a launch would change nothing. "
+                           f"See `sweeper optima {plan.sweep_dir}`", style="bold"))
+        return 0
+    if state is not None:  # an existing sweep: what it holds, and what a launch would add
+        new = totals["new_cells"]
+        console.print(f"{plan.sweep_dir} already holds {plural(len(done), 'finished cell')} of this plan ({state.points} points "
+                      f"trained); a launch would run the {len(rows)} below: {len(rows) - new} to continue, {new} new",
+                      highlight=False)
+        if new and len(state.statuses) and all(state.done(cid) for cid in state.statuses):
+            console.print(labelled("warning:", f"a launch would extend the finished sweep in {plan.sweep_dir} with "
+                                               f"{plural(new, 'new cell')} (the settings or overrides add them); --out DIR starts a "
+                                               "separate sweep"), highlight=False)
+    title = "plan of what a launch would add" if state is not None else "plan"
+    table = Layout(f"{plan.config.name}: {title} (dry run, nothing is written)", [
+        Col("method", keep=True, justify="left"), Col("size", keep=True, justify="left"), Col("seeds", keep=True),
+        Col("params", priority=2), Col("tokens/pt", priority=3), Col("steps", priority=4), Col("FLOPs/pt", priority=3),
+        Col("initial grid", priority=1, justify="left", short="grid"),
+        Col("stack: auto" if memory is not None else "stack", priority=4), Col("trial h", keep=True),
+        Col("resources", priority=5, justify="left")])
     seen = set()
     for r in rows:
         key = (r["method"], r["size"])
@@ -291,12 +327,12 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any, memory
             r["method"], r["size"], ",".join(map(str, seeds)), _si(r["params"]), _si(r["tokens_per_point"]),
             str(r["steps_per_point"]), f"{r['flops_per_point']:.3g}",
             (f"fixed {grid[0]:.3g}" if r["fixed_lr"] is not None else
-             f"{len(grid)} × {grid[0]:.3g}…{grid[-1]:.3g}{prior}") if grid else "—",
+             f"{len(grid)} × {grid[0]:.3g}–{grid[-1]:.3g}{prior}") if grid else "—",
             _stack_auto(r["stack_auto"]) if r["stack_auto"] is not None else str(r["stack"]),
-            f"{r['trial_hours']:.3g}" + ("" if r["throughput"] == "measured" else "†"),
+            f"{r['trial_hours']:.3g}" + {"measured": "", "sweep": "‡"}.get(r["throughput"], "†"),
             ", ".join(f"{k}={_resource(k, v)}" for k, v in r["resources"].items()),
         )
-    console.print(table)
+    print_layout(console, table, wide=wide)
     if axis is not None:
         console.print(f"learning rates (initial grid): {axis.label}" + (f", {axis.note}" if axis.note else ""),
                       highlight=False)
@@ -322,9 +358,9 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any, memory
     measured = costs.measured_cells()
     if measured < len(costs.cells):
         rates = []
-        if any(c.gpu > 0 and c.measured is None for c in costs.cells):
+        if any(c.gpu > 0 and c.measured is None and c.swept is None for c in costs.cells):
             rates.append(f"{throughput:.3g} FLOP/s per GPU (--throughput)")
-        if any(c.gpu == 0 and c.measured is None for c in costs.cells):
+        if any(c.gpu == 0 and c.measured is None and c.swept is None for c in costs.cells):
             rates.append(f"{cpu_throughput:.3g} FLOP/s per CPU core (--cpu-throughput)")
         commands = costs.missing_commands()
         console.print(
@@ -333,8 +369,16 @@ def dry_run(plan: Any, throughput: float, *, as_json: bool, console: Any, memory
             + (f" ({len(commands)} shapes)" if len(commands) > 1 else ""),
             highlight=False,
         )
-    else:
+    elif not costs.swept_cells():
         console.print(f"rates measured by `sweeper bench` for every cell ({bench_cache.cache_path()})", highlight=False)
+    swept_cells = [c for c in costs.cells if c.swept]
+    if swept_cells:
+        values = sorted({float(f"{swept(c.cell.method, c.cell.size)[0]:.2g}") for c in swept_cells})  # type: ignore[index]
+        span = f"{values[0]:.2g}" if len(values) == 1 else f"{values[0]:.2g} to {values[-1]:.2g}"
+        console.print(f"‡ {len(swept_cells)} of {len(costs.cells)} cells at the rate this sweep's own trials measured "
+                      f"({span} FLOP/s per trial; `--format json` has each); a new size takes its method's rate over "
+                      "the other sizes",
+                      highlight=False)
     if any(r["prior"] == "extrapolate" for r in rows):
         console.print("* prior: extrapolate: a size starts once its seed's smaller sizes are done (or three of them), on a "
                       "grid centred on the LR they predict (narrower when the prediction is tight)", highlight=False)

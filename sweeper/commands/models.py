@@ -14,7 +14,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from sweeper.commands.cliargs import add_format
+from sweeper.commands.cliargs import add_format, add_wide
 from sweeper.core.errors import UserError
 
 
@@ -42,6 +42,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--seq-len", type=_positive_int, default=None, metavar="T",
                         help="sequence length for the attention FLOPs (default: each config's seq_len, 256)")
     add_format(parser)
+    add_wide(parser)
     parser.set_defaults(func=run)
 
 
@@ -95,23 +96,25 @@ def run(args: argparse.Namespace) -> int:
     from rich import box
     from rich.table import Table
 
+    from sweeper.records.layout import Col, Layout, print_layout
     from sweeper.records.table import make_console
 
-    console = make_console(width=120)
-    table = Table(title=f"Named model sizes: scheme {data['scheme']}, exact counts per model", box=box.SIMPLE_HEAD,
-                  padding=(0, 0), pad_edge=False)
-    for header in ("name", "d/heads", "L", "MLP", "V", "T", "params", "non-embed", "FLOPs/tok"):
-        table.add_column(header, justify="left" if header == "name" else "right", no_wrap=True)
+    console = make_console()
+    table = Layout(f"Named model sizes: scheme {data['scheme']}, exact counts per model", [
+        Col("name", keep=True, justify="left"), Col("d/heads", priority=2), Col("L", priority=2),
+        Col("MLP", priority=4), Col("V", priority=3), Col("T", priority=3), Col("params", keep=True),
+        Col("non-embed", keep=True), Col("FLOPs/tok", priority=2)],
+        style={"box": box.SIMPLE_HEAD, "padding": (0, 0), "pad_edge": False}, hint="--wide or a wider terminal shows "
+        "them; --format json has every field")
     previous = None
     for row in data["configs"]:
-        if previous is not None and row["ladder"] != previous:
-            table.add_section()
-        previous = row["ladder"]
         table.add_row(
             row["name"], f"{row['width']}/{row['n_heads']}", row["blocks"], str(row["mlp_hidden"]), str(row["vocab"]),
             str(row["seq_len"]), f"{row['params']:,}", f"{row['params_nonembed']:,}", _short(row["flops_per_token"]),
+            section=previous is not None and row["ladder"] != previous,
         )
-    console.print(table)
+        previous = row["ladder"]
+    print_layout(console, table, wide=args.wide)
     console.print(f"{data['flops_definition']}; non-embed excludes the input embedding and the LM head; "
                   "V vocabulary, T sequence length.", style="dim")
     console.print("looped (parcae-*): L = prelude/core/coda blocks, FLOPs at the mean training loop count with "

@@ -12,13 +12,13 @@ import math
 import sys
 from typing import Any
 
-from sweeper.commands.cliargs import add_format
+from sweeper.commands.cliargs import add_format, add_wide
 
 COLUMNS = ("method", "size", "seed", "status", "best_lr", "best_loss", "best_loss_se", "within_noise", "noise",
            "neighbour_lr", "neighbour_gap", "neighbour_gap_se", "seed_sd_gap", "n_seeds_gap", "seed_sd_best_loss",
            "seed_sd_at_best_lr", "seed_sd_at_neighbour_lr", "stalled_loss", "interp_lr", "interp_objective", "n_points",
-           "n_diverged", "n_stalled", "n_failed", "n_running", "best_lambada_ppl", "best_loop_losses", "params", "depth",
-           "cell_id")
+           "n_diverged", "n_stalled", "n_failed", "n_infra_failed", "n_running", "best_lambada_ppl", "best_loop_losses",
+           "params", "depth", "cell_id")
 
 
 def register(subparsers: Any) -> None:
@@ -38,14 +38,15 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("dir", help="the sweep directory")
     add_format(parser, choices=("table", "csv", "json"))
+    add_wide(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     # Here, not at the top: the CLI imports every command module when it starts (`sweeper validate`'s speed).
-    from rich.table import Table
     from rich.text import Text
 
+    from sweeper.records.layout import Layout, print_layout
     from sweeper.records.manifest import read_manifest
     from sweeper.records.results import noise_note, optima, points_per_bracketed_cell
     from sweeper.records.table import STATUS_STYLE, fmt, make_console
@@ -69,27 +70,24 @@ def run(args: argparse.Namespace) -> int:
         return 0
     title = f"{manifest.name} ({args.dir}): optima"  # as `sweeper status` titles it
     title += f" · {simulated}" if simulated else ""
-    table = Table(header_style="bold", title=title, title_justify="left")
     counts = loop_counts(rows)  # a looped model evaluated at several loop counts: one more column
     lambada = any(r.get("best_lambada_ppl") is not None for r in rows)
-    extra_columns = ([f"loss at T={'/'.join(map(str, counts))}"] if counts else []) + (["LAMBADA ppl"] if lambada else [])
+    failed = any(r.get("n_failed") or r.get("n_infra_failed") for r in rows)
     seeds = any(r.get("seed_sd_best_loss") is not None for r in rows)
-    seed_column = ["seeds' sd"] if seeds else []
-    for name in ("method", "size", "seed", "status", "best lr", "best loss ± eval SE", *seed_column, *extra_columns,
-                 "vs neighbour", "interp lr", "interp objective", "pts", "div", "stall"):
-        table.add_column(name, justify="left" if name in ("method", "size", "status", "vs neighbour") else "right",
-                         no_wrap=True)
+    table = Layout(title, optima_columns(counts, lambada, failed, seeds))
     for r in rows:
         extra = ([loops_text(r, counts)] if counts else []) + ([fmt(r.get("best_lambada_ppl"), ".4g")] if lambada else [])
+        fails = [str(r.get("n_failed") or 0), str(r.get("n_infra_failed") or 0)] if failed else []
         table.add_row(
             r["method"], r["size"], str(r["seed"]), Text(status_text(r), style=STATUS_STYLE.get(r["status"], "")),
-            fmt(r["best_lr"], ".3g"), best_loss_text(r), *([fmt(r.get("seed_sd_best_loss"), ".4f")] if seeds else []),
-            *extra, neighbour_text(r), fmt(r["interp_lr"], ".3g"),
-            fmt(r["interp_objective"], ".4f"), str(r["n_points"]), str(r["n_diverged"]),
-            Text(str(r["n_stalled"]), style="magenta") if r["n_stalled"] else "0",
+            fmt(r["best_lr"], ".3g"), best_loss_text(r),
+            fmt(r.get("best_loss_se"), ".4f") if r["best_loss"] is not None else "—",
+            *([fmt(r.get("seed_sd_best_loss"), ".4f")] if seeds else []), *extra,
+            neighbour_text(r), fmt(r["interp_lr"], ".3g"), fmt(r["interp_objective"], ".4f"), str(r["n_points"]),
+            str(r["n_diverged"]), Text(str(r["n_stalled"]), style="magenta") if r["n_stalled"] else "0", *fails,
         )
     console = make_console()
-    console.print(table)
+    print_layout(console, table, wide=args.wide)
     if average["all"] is not None:
         per = ", ".join(f"{m} {v:.1f}" for m, v in average["by_method"].items())
         console.print(f"average points per bracketed cell: {average['all']:.1f} over {average['bracketed_cells']} "
@@ -117,6 +115,25 @@ def run(args: argparse.Namespace) -> int:
                   "interp objective: the parabola's value there (a model, not a measured loss: fits use the best loss)",
                   highlight=False, style="dim")
     return 0
+
+
+def optima_columns(counts: list[int], lambada: bool, failed: bool, seeds: bool = False) -> list[Any]:
+    """The table's columns: the cell (method, size, seed) and its answer (best lr, best loss) always shown;
+    at 80 columns the SE, the neighbour gap, the interpolated objective and the per-loop losses go first."""
+    from sweeper.records.layout import Col  # (see `run`)
+
+    return [
+        Col("method", keep=True, justify="left"), Col("size", keep=True, justify="left"), Col("seed", keep=True),
+        Col("status", priority=1, justify="left"), Col("best lr", keep=True), Col("best loss", keep=True),
+        Col("± eval SE", priority=4, short="± SE"),
+        *([Col("seeds' sd", priority=4, short="seed sd")] if seeds else []),
+        *([Col(f"loss at T={'/'.join(map(str, counts))}", priority=5, short="loss per T")] if counts else []),
+        *([Col("LAMBADA ppl", priority=3, short="LAMBADA")] if lambada else []),
+        Col("vs neighbour", priority=6, justify="left"), Col("interp lr", priority=3),
+        Col("interp objective", priority=7, short="interp obj"), Col("points", priority=2, short="pts"),
+        Col("diverged", priority=2, short="div"), Col("stalled", priority=2, short="stall"),
+        *([Col("failed", priority=4, short="fail"), Col("infra_failed", priority=4, short="infra")] if failed else []),
+    ]
 
 
 def loop_counts(rows: list[dict[str, Any]]) -> list[int]:
@@ -169,10 +186,7 @@ def best_loss_text(row: dict[str, Any]) -> str:
 
     if row["best_loss"] is None and row.get("stalled_loss") is not None:
         return f"{row['stalled_loss']:.4f} (stalled)"
-    text = fmt(row["best_loss"], ".4f")
-    if row["best_loss"] is not None and row.get("best_loss_se") is not None:
-        text += f" ± {row['best_loss_se']:.4f}"
-    return text
+    return fmt(row["best_loss"], ".4f")  # its evaluation SE is the next column
 
 
 def neighbour_text(row: dict[str, Any]) -> Any:

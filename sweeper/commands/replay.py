@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any
 
-from sweeper.commands.cliargs import add_format
+from sweeper.commands.cliargs import add_format, add_wide
 from sweeper.core.errors import UserError
 
 # `--shifts -3..3`: argparse reads an argument that starts with '-' as an option unless it looks
@@ -95,6 +95,7 @@ def register(subparsers: Any) -> None:
                         help="runs without a finite loss (not finished, NaN): refuse the table (error, the default) "
                              "or leave them out, counted (drop): the search then reads their LR as unrecorded")
     add_format(parser)
+    add_wide(parser)
     parser.set_defaults(func=run)
 
 
@@ -173,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2))
         return 0
     for one in docs:
-        _print(one)
+        _print(one, wide=args.wide)
     if len(docs) > 1:
         _print_combined(doc)
     return 0
@@ -194,10 +195,9 @@ def parse_shifts(text: str) -> list[int]:
     return sorted(set(values))
 
 
-def _print(doc: dict[str, Any]) -> None:
+def _print(doc: dict[str, Any], wide: bool = False) -> None:
     # start-up time: imported when used, not on every CLI start
-    from rich.table import Table
-
+    from sweeper.records.layout import Col, Layout, print_layout
     from sweeper.records.table import make_console
     from sweeper.records.table import fmt
 
@@ -206,17 +206,19 @@ def _print(doc: dict[str, Any]) -> None:
         f"{doc['table']}: {doc['rows']} runs, grid ratio ×{doc['grid_ratio']:.4g}, grouped by "
         f"{', '.join(doc['group_columns'])}; shifts {doc['shifts'][0]}..{doc['shifts'][-1]} steps from each "
         "group's recorded optimum", highlight=False)
-    table = Table(header_style="bold", title=f"LR policies of {doc['yaml']} replayed", title_justify="left")
-    for name in ("policy", "methods", "groups (skipped)", "replays", "points mean", "max", "bracketed",
-                 "regret mean %", "max %", f"within {doc['band']:g}%"):
-        table.add_column(name, justify="left" if name in ("policy", "methods") else "right")
+    table = Layout(f"LR policies of {doc['yaml']} replayed", [
+        Col("policy", keep=True, justify="left"), Col("methods", priority=4, justify="left"),
+        Col("groups (skipped)", priority=3, short="groups"), Col("replays", priority=3), Col("points mean", keep=True,
+                                                                                            short="pts mean"),
+        Col("max", priority=2), Col("bracketed", priority=1), Col("regret mean %", priority=1, short="regret %"),
+        Col("max %", priority=2), Col(f"within {doc['band']:g}%", keep=True)])
     for r in doc["policies"]:
         table.add_row(
             r["policy"], ", ".join(r["methods"]), f"{r['groups']} ({r['skipped_edge']})", str(r["replays"]),
             f"{r['points_per_group_mean']:.2f}", str(r["points_per_group_max"]), f"{100 * r['bracketed_fraction']:.1f}%",
             fmt(r["regret_mean"], ".3f"), fmt(r["regret_max"], ".3f"), f"{100 * r['within_band_fraction']:.1f}%",
         )
-    console.print(table)
+    print_layout(console, table, wide=wide)
     console.print(f"exhaustive search: {doc['policies'][0]['exhaustive_points_mean']:.2f} recorded LRs per replayed "
                   "group", highlight=False, style="dim")
     for r in doc["policies"]:

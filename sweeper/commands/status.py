@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sweeper.commands.cliargs import add_format
+from sweeper.commands.cliargs import add_format, add_wide
 from sweeper.core.errors import UserError
 
 if TYPE_CHECKING:
@@ -20,10 +20,12 @@ def register(subparsers: Any) -> None:
         "status",
         help="show a sweep's cells (running or finished), or rebuild its store with --repair",
         description=("Show every cell of a sweep: status, points done/running/diverged/stalled, best and interpolated "
-                     "LR, and the data's unigram entropy (the loss a stalled point did not beat) from the manifest."),
+                     "LR, the stall baseline (the frequency-only loss on the eval batches a stalled point did not beat) and the "
+                     "data's unigram entropy."),
     )
     parser.add_argument("dir", help="the sweep directory")
     add_format(parser)
+    add_wide(parser)
     parser.add_argument("--watch", type=float, metavar="SECONDS", help="refresh every SECONDS until interrupted")
     parser.add_argument("--repair", action="store_true",
                         help="rebuild the results store from the ledger (the old store is moved aside, not deleted)")
@@ -57,15 +59,15 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--watch: must be > 0 seconds (got {args.watch})")
         from rich.live import Live  # for --watch only
 
-        with Live(_render(args.dir, manifest), console=console, auto_refresh=False) as live:
+        with Live(_render(args.dir, manifest, console), console=console, auto_refresh=False) as live:
             try:
                 while True:
                     time.sleep(args.watch)
-                    live.update(_render(args.dir, read_manifest(args.dir)), refresh=True)
+                    live.update(_render(args.dir, read_manifest(args.dir), console), refresh=True)
             except KeyboardInterrupt:
                 return 0
     if args.json:
-        from sweeper.records.results import cell_rows  # the same fields as `sweeper optima --json`
+        from sweeper.records.results import cell_rows, stall_baselines  # the same fields as `sweeper optima --json`
 
         rows = cell_rows(args.dir)
         entropy = manifest.unigram_entropy
@@ -77,22 +79,37 @@ def run(args: argparse.Namespace) -> int:
             busy = busy_figures(args.dir, pool) or {}
         print(json.dumps({"name": manifest.name, "dir": str(args.dir), "simulated": manifest.is_simulated, **busy,
                           "unigram_entropy": entropy.to_json() if entropy is not None else None,
-                          "stall_margin": manifest.stall_margin, "cells": rows}, indent=2, default=str))
+                          "stall_margin": manifest.stall_margin,
+                          # the frequency-only losses on the eval batches the points were judged against
+                          "stall_baselines": stall_baselines(args.dir), "cells": rows}, indent=2, default=str))
         return 0
-    console.print(_render(args.dir, manifest))
+    from sweeper.records.layout import print_layout  # (see above)
+
+    parts, table = _parts(args.dir, manifest)
+    for part in parts:
+        console.print(part)
+    print_layout(console, table, wide=args.wide)
     return 0
 
 
-def _render(sweep_dir: str, manifest: Manifest) -> Any:
+def _render(sweep_dir: str, manifest: Manifest, console: Any) -> Any:
+    """The status as one renderable (`--watch` redraws it)."""
     # Here, not at the top: the CLI imports every command module when it starts (`sweeper validate`'s speed).
     from rich.console import Group
-    from rich.text import Text
 
-    from sweeper.records.results import freshness, progress
-    from sweeper.records.store import load_cells
+    from sweeper.records.layout import fitted
+
+    parts, table = _parts(sweep_dir, manifest)
+    return Group(*parts, fitted(console, table))
+
+
+def _parts(sweep_dir: str, manifest: Manifest) -> tuple[list[Any], Any]:
+    """The heading lines (counts, freshness, the stall baseline) and the cells' table (a `Layout`)."""
+    from rich.text import Text  # (see `_render`)
+    from sweeper.records.results import cell_rows, freshness, progress, stall_baselines
     from sweeper.records.table import cells_table, counts_line, status_counts, unigram_line
 
-    rows = load_cells(sweep_dir).to_dicts()
+    rows = cell_rows(sweep_dir)  # the driver's cells with the failed / infra_failed counts `optima` adds
     age = freshness(sweep_dir)
     when = f"updated {age:.0f} s ago" if age is not None else "no results yet"
     last = manifest.launches[-1] if manifest.launches else None
@@ -104,7 +121,7 @@ def _render(sweep_dir: str, manifest: Manifest) -> Any:
     if label:
         head.append(f"\n{label}", style="bold yellow")
     parts: list[Any] = [head]
-    data = unigram_line(manifest)
+    data = unigram_line(manifest, stall_baselines(sweep_dir))
     if data:
         parts.append(Text(data, style="dim"))
-    return Group(*parts, cells_table(rows, progress=progress(sweep_dir)))
+    return parts, cells_table(rows, progress=progress(sweep_dir))

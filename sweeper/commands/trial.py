@@ -25,7 +25,7 @@ import signal
 import time
 from typing import Any
 
-from sweeper.commands.cliargs import add_format, add_overrides
+from sweeper.commands.cliargs import add_format, add_overrides, add_wide
 from sweeper.core.errors import UserError
 
 DEFAULT_STEPS = 200
@@ -66,6 +66,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--out", "--export-dir", dest="export_dir", metavar="DIR",
                    help="write each LR's final weights here (<i>/model.safetensors + config.json)")
     add_format(p)
+    add_wide(p)
     p.set_defaults(func=run)
 
 
@@ -224,9 +225,9 @@ def run(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace, spec: Any, source: Any) -> int:
     # start-up time: imported when used, not on every CLI start
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-    from rich.table import Table
     from rich.text import Text
 
+    from sweeper.records.layout import Col, Layout, print_layout
     from sweeper.records.table import make_console
     from trials.errors import TrialInputError
     from trials.train import Trial
@@ -300,10 +301,9 @@ def _train(args: argparse.Namespace, spec: Any, source: Any) -> int:
         print(json.dumps(doc, indent=2))
         return 130 if trial.stopped else 0
 
-    table = Table(title=None, show_edge=False)
-    for col, justify in (("lr", "right"), ("outcome", "left"), ("final eval loss", "right"), ("init loss", "right"),
-                         ("steps", "right"), ("note", "left")):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    table = Layout(None, [Col("lr", keep=True), Col("outcome", keep=True, justify="left"),
+                          Col("final eval loss", keep=True), Col("init loss", priority=2), Col("steps", priority=2),
+                          Col("note", priority=3, justify="left")])
     best = min((r.loss for r in results if r.loss is not None and r.outcome == "ok"), default=None)
     for r in results:
         style = {"ok": "green", "diverged": "red", "stalled": "magenta", "failed": "yellow"}[r.outcome]
@@ -311,7 +311,7 @@ def _train(args: argparse.Namespace, spec: Any, source: Any) -> int:
         loss += " *" if r.outcome == "ok" and r.loss == best and len(results) > 1 else ""
         table.add_row(f"{r.lr:.4g}", Text(r.outcome, style=style), loss, _fmt_loss(r.init_loss), str(r.steps),
                       r.reason or "")
-    console.print(table)
+    print_layout(console, table, wide=args.wide)
     console.print(Text.assemble(
         f"{trial.step} steps, {trial.step * trial.tokens_per_step:,} tokens per LR in {seconds:.1f} s of training "
         f"({tokens_per_s:,.0f} tokens/s), {wall:.1f} s wall", ("  (stopped; rerun to resume)" if trial.stopped else "", "yellow")

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sweeper.commands.cliargs import add_format, add_overrides
+from sweeper.commands.cliargs import add_format, add_overrides, plural
 from sweeper.core.ids import size_labels
 from sweeper.search.bracketing import initial_grid
 
@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2))
         return 0
     print(
-        f"{args.file}: ok: {len(cfg.methods)} methods × {len(sizes)} sizes × {len(cfg.seeds)} seeds = {cells} cells"
+        f"{args.file}: ok: {plural(len(cfg.methods), 'method')} × {plural(len(sizes), 'size')} × "
+        f"{plural(len(cfg.seeds), 'seed')} = {plural(cells, 'cell')}"
     )
     for method in cfg.methods:
         grid = initial_grid(cfg.lr_for(method).to_policy())

@@ -201,15 +201,37 @@ def is_sweep_dir(path: Path) -> bool:
     return (path / MANIFEST).is_file()
 
 
+def sweeps_in(folder: Path) -> list[str]:
+    """The sweep directories directly inside `folder` (`runs/`), by name."""
+    try:
+        return sorted(p.name for p in folder.iterdir() if p.is_dir() and is_sweep_dir(p))
+    except OSError:
+        return []
+
+
+def _did_you_mean(path: Path) -> str:
+    """'; did you mean runs/depth-laptop?' for a mistyped sweep directory (the closest sweep beside it)."""
+    import difflib  # only on this error
+
+    parent = path.parent if str(path.parent) else Path(".")
+    close = difflib.get_close_matches(path.name, sweeps_in(parent) if parent.is_dir() else [], n=1, cutoff=0.6)
+    return f"; did you mean {parent / close[0]}?" if close else ""
+
+
 def read_manifest(sweep_dir: str | os.PathLike[str]) -> Manifest:
     """The manifest of a sweep directory, or a UserError (one line) saying what is wrong with the path."""
     path = Path(sweep_dir)
     if not path.exists():
-        raise UserError(f"{path}: no such directory")
+        raise UserError(f"{path}: no such directory{_did_you_mean(path)}")
     if not path.is_dir():
         raise UserError(f"{path}: not a directory (give the sweep's output directory)")
     manifest_path = path / MANIFEST
     if not manifest_path.is_file():
+        inside = sweeps_in(path)
+        if inside:
+            shown = ", ".join(inside[:12]) + (f" and {len(inside) - 12} more" if len(inside) > 12 else "")
+            raise UserError(f"{path}: a folder of sweeps, not a sweep; give one of them: {shown} "
+                            f"(e.g. {path / inside[0]})")
         raise UserError(f"{path}: not a sweep directory (no {MANIFEST}; launch a sweep with `sweeper launch SWEEP.yaml`)")
     try:
         data = json.loads(manifest_path.read_text())

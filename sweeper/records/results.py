@@ -151,6 +151,16 @@ def progress(sweep_dir: str | Path) -> dict[str, str]:
     return out
 
 
+def stall_baselines(sweep_dir: str | Path) -> list[float]:
+    """The frequency-only losses the finished points were judged against (`unigram_loss`: predicting by training
+    frequencies on the point's own eval batches), distinct to 4 decimals; empty before the first result."""
+    points = load_points(sweep_dir)
+    if not points.height or "unigram_loss" not in points.columns:
+        return []
+    values = points["unigram_loss"].drop_nulls().to_list()
+    return sorted({round(float(v), 4) for v in values if math.isfinite(v)})
+
+
 def freshness(sweep_dir: str | Path) -> float | None:
     """Seconds since the driver last wrote the cells snapshot."""
     cells = load_cells(sweep_dir)

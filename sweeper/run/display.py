@@ -11,6 +11,7 @@ from rich.live import Live
 from rich.text import Text
 
 from sweeper.core.states import PointState
+from sweeper.records.layout import fitted
 from sweeper.records.table import cells_table, counts_line, make_console, status_counts
 from sweeper.run.sweep_run import SweepRun
 
@@ -52,7 +53,7 @@ class LiveDisplay:
             f"training {self.sweep.stats.train_seconds:.0f} s summed",
             style="bold",
         )
-        return Group(header, cells_table(rows, progress=cell_progress(self.sweep)))
+        return Group(header, fitted(self.console, cells_table(rows, progress=cell_progress(self.sweep))))
 
     def __enter__(self) -> "LiveDisplay":
         if self.tty:

@@ -21,7 +21,7 @@ Pure: no torch, no Ray.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +44,7 @@ class CellCost:
     device_seconds: float  # GPU-seconds (GPU cells) or CPU-seconds (CPU cells) of the initial grid
     measured: Measurement | None
     command: str  # the bench command for this shape
+    swept: str | None = None  # the rate was measured by this sweep's own trials (on which of its cells)
 
     @property
     def gpu(self) -> float:
@@ -86,10 +87,13 @@ class CostPlan:
         return max(pool_bound, chain), pool_bound, chain
 
     def measured_cells(self) -> int:
-        return sum(c.measured is not None for c in self.cells)
+        return sum(c.measured is not None or c.swept is not None for c in self.cells)
+
+    def swept_cells(self) -> int:
+        return sum(c.swept is not None for c in self.cells)
 
     def missing_commands(self) -> list[str]:
-        return list(dict.fromkeys(c.command for c in self.cells if c.measured is None))
+        return list(dict.fromkeys(c.command for c in self.cells if c.measured is None and c.swept is None))
 
     def to_dict(self) -> dict[str, Any]:
         wall, pool_bound, chain = self.wall_seconds()
@@ -97,7 +101,7 @@ class CostPlan:
             "unit": self.unit, "pool": self.pool, "concurrency": self.concurrency,
             "wall_hours_estimate": wall / 3600, "wall_hours_pool_bound": pool_bound / 3600,
             "wall_hours_chain_bound": chain / 3600, "measured_cells": self.measured_cells(),
-            "assumed_cells": len(self.cells) - self.measured_cells(), "bench_commands": self.missing_commands(),
+            "assumed_cells": len(self.cells) - self.measured_cells(), "swept_cells": self.swept_cells(), "bench_commands": self.missing_commands(),
             "gpu_throughput_assumed": self.gpu_throughput, "cpu_throughput_assumed": self.cpu_throughput,
         }
         if any(c.gpu > 0 for c in self.cells):
@@ -119,9 +123,12 @@ def cost_plan(plan: Plan, measurements: list[Measurement], *, gpu_throughput: fl
               cpu_throughput: float = DEFAULT_CPU_THROUGHPUT, pool: float | None = None,
               host_memory: int | None = None, device: DeviceMemory | None = None,
               measured: Mapping[str, Any] | None = None, gpu_model: str | None = None,
-              cpu_model: str | None = None) -> CostPlan:
+              cpu_model: str | None = None,
+              swept: Callable[[str, str], tuple[float, str] | None] | None = None) -> CostPlan:
     """The plan's cost; `gpu_model` / `cpu_model`: the device models the trials run on (measured rates of
-    those models only: `sweeper.search.bench_cache.lookup`)."""
+    those models only: `sweeper.search.bench_cache.lookup`). `swept(method, size)`: the FLOP/s per trial
+    that the sweep directory's own trials measured, and on which cells (`sweeper.records.throughput`); it
+    comes before a bench figure or an assumption: the same machine, the same stacks, the same data path."""
     cfg = plan.config
     gpu_sweep = any(c.resources.get("GPU") for c in plan.cells)
     if pool is None:
@@ -144,11 +151,14 @@ def cost_plan(plan: Plan, measurements: list[Measurement], *, gpu_throughput: fl
             trial_rate = device_rate * min(1.0, gpu)
         else:
             trial_rate = measured.model_flops_per_s if measured else cpu_throughput * cpus
+        own = swept(cell.method, cell.size) if swept is not None else None
+        if own is not None:
+            trial_rate = own[0]
         flops_point = cell.flops_per_token * cell.tokens_per_point
         trials = math.ceil(len(grid) / stack)
         trial_seconds = stack * flops_point / trial_rate
         held = min(1.0, gpu) if gpu > 0 else cpus
         device_seconds = len(grid) * flops_point / trial_rate * held
         costs.append(CellCost(cell, grid, stack, trials, trial_seconds, device_seconds, measured,
-                              bench_command(shape, mode, stack)))
+                              bench_command(shape, mode, stack), own[1] if own is not None else None))
     return CostPlan(costs, "GPU" if gpu_sweep else "CPU", pool, concurrency, gpu_throughput, cpu_throughput)

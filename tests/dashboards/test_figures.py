@@ -358,14 +358,20 @@ def test_status_grid_colours_each_cell_by_status_and_counts_points(midway):
     order = list(style.STATUS_COLOURS)
     status = group_status(midway)
     counts = midway.points.group_by("method", "size").agg(
-        pl.len(), pl.col("state").is_in(["ok", "diverged", "failed"]).sum().alias("done")
+        pl.len(), pl.col("state").is_in(["ok", "diverged", "failed"]).sum().alias("done"),
+        (pl.col("state") == "diverged").sum().alias("diverged"),
     )
+    seeds = midway.cells.group_by("method", "size").agg(pl.len().alias("n"))
+    n_seeds = {(r["method"], r["size"]): r["n"] for r in seeds.iter_rows(named=True)}
     for r in counts.iter_rows(named=True):
         i = heat["y"].index(r["method"])
         j = heat["x"].index(r["size"])
         st = status[(r["method"], r["size"])]
         assert heat["z"][i][j] == pytest.approx((order.index(st) + 0.5) / len(order))
-        assert heat["text"][i][j] == f"{st}<br>{r['done']}/{r['len']} pts"
+        n = n_seeds[(r["method"], r["size"])]
+        # points summed over the seeds the cell names; diverged points said, never hidden behind the colour
+        assert heat["text"][i][j] == (f"{st}<br>{r['done']}/{r['len']} pts · {n} seed{'s' if n > 1 else ''}"
+                                      + (f"<br>{r['diverged']} diverged" if r["diverged"] else ""))
     legend = [t["name"] for t in spec["data"][1:]]
     assert legend == ["pending", "running", "bracketed", "edge", "diverged"]
 
@@ -474,3 +480,33 @@ def test_past_max_curves_only_running_and_each_cells_best_curve_are_drawn(midway
     assert n_curves == len(expected)
     subtitle = spec["layout"]["title"]["subtitle"]["text"]
     assert f"{len(expected)} of {len(with_curves)} curves" in subtitle and "filter to see all" in subtitle
+
+
+def test_status_grid_marks_stalled_points_in_a_green_cell(tmp_path):
+    """A bracketed cell with stalled points says so (□), its points summed over its seeds (issue 33)."""
+    import json as _json
+
+    from dashboards.data import load_sweep
+    from sweeper.core.grid import LRPolicy
+    from sweeper.core.rows import CellFacts, PointRow
+    from sweeper.records.fold import current_points, summarize
+    from sweeper.records.store import MANIFEST, STORE_VERSION, StoreWriter
+
+    facts = {s: CellFacts(cell_id=f"post/L32/s{s}", method="post", size="L32", depth=32, seed=s) for s in (0, 1)}
+    rows = []
+    for s, cell in facts.items():
+        for lr, state, loss in ((1e-3, "stalled", 3.24), (2e-3, "ok", 3.0), (4e-3, "ok", 2.9), (8e-3, "ok", 3.1),
+                                (1.6e-2, "diverged", None)):
+            rows.append(PointRow(cell, lr, state, objective=loss if state == "ok" else None, loss=loss, steps=10,
+                                 tokens=100))
+    root = tmp_path / "sweep"
+    root.mkdir()
+    (root / MANIFEST).write_text(_json.dumps({"store_version": STORE_VERSION, "name": "stalls", "x": "depth"}))
+    writer = StoreWriter(root)
+    writer.append_points(rows)
+    policy = LRPolicy(lo=1e-4, hi=1.0, max_points=8, refine=False)
+    writer.write_cells(summarize({c.cell_id: c for c in facts.values()}, current_points(rows),
+                                 {c.cell_id: policy for c in facts.values()}, now=1.0))
+    spec = figures.status_grid(load_sweep(root))
+    assert spec["data"][0]["text"] == [["bracketed<br>10/10 pts · 2 seeds<br>2 diverged, □ 2 stalled"]]
+    assert "summed over seeds" in spec["layout"]["title"]["text"]

@@ -166,6 +166,7 @@ class CellSensitivity:
     init_loss: float | None
     scale: Scale
     result: Sensitivity
+    n_stalled: int = 0  # of the result's n_diverged (which counts both: worse than any ok point), the stalled ones
 
 
 @dataclass
@@ -348,4 +349,5 @@ def _cell_sensitivity(cell: dict[str, Any], finished: list[dict[str, Any]]) -> C
         cell_id=cell["cell_id"], method=cell["method"], size=cell["size"], seed=int(cell["seed"] or 0),
         status=cell["status"], lrs=lrs, losses=losses, diverged=diverged, init_loss=init, scale=_scale(finished),
         result=lr_sensitivity(lrs, losses, diverged, init),
+        n_stalled=sum(r["state"] == "stalled" for r in finished),
     )

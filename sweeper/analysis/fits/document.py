@@ -232,8 +232,10 @@ class SensitivityRow(Record):
     near_opt_hi: Number | None = None
     near_opt_at_edge: bool = False
     best_loss: Number | None = None
-    n_lrs: Number = 0
-    n_diverged: Number = 0
+    n_lrs: Number = 0  # finished points summed over seeds (an LR swept by two seeds counts twice)
+    n_distinct_lrs: Number | None = None  # distinct learning rates over the seeds (None: a fits.json from before)
+    n_diverged: Number = 0  # diverged points summed over seeds (before issue 33: diverged + stalled)
+    n_stalled: Number | None = None  # stalled points summed over seeds (None: a fits.json from before)
     lr_min: Number | None = None
     lr_max: Number | None = None
     seeds: list[Number] = Field(default_factory=list)

@@ -48,7 +48,7 @@ from sweeper.stats.estimate import Estimate
 from sweeper.stats.loglog import PowerLawFit
 from sweeper.stats.lrlaw import EXTRAPOLATION_NOTE, EXTRAPOLATION_WARN, fit_lr_law
 from sweeper.analysis.fits.powerlaw import DEFAULT_RESAMPLES, LossFit, Scheme, fit_loss_curve
-from sweeper.analysis.fits.sensitivity import common_lrs, lr_sensitivity
+from sweeper.analysis.fits.sensitivity import common_lrs, distinct_lrs, lr_sensitivity
 from sweeper.analysis.fits.seeds import (RANKING_E_NOTE, bootstrap_levels, fit_inputs, partial_row, partial_rule,
                                          partial_warnings, shared_e_exponents, size_weights, weights_rule)
 from sweeper.analysis.fits.shared import fit_shared_e
@@ -435,7 +435,9 @@ def _sensitivity_rows(method: str, cells: list[CellSensitivity], opts: FitOption
             near_opt_at_edge=any(c.result.near_opt_at_edge for c in group),
             best_loss=_mean_or_none([c.result.best_loss for c in group]),
             n_lrs=sum(c.result.n_lrs for c in group),
-            n_diverged=sum(c.result.n_diverged for c in group),
+            n_distinct_lrs=len(distinct_lrs([c.lrs for c in group])),
+            n_diverged=sum(c.result.n_diverged - c.n_stalled for c in group),
+            n_stalled=sum(c.n_stalled for c in group),
             lr_min=min((c.result.lr_min for c in group if c.result.lr_min is not None), default=None),
             lr_max=max((c.result.lr_max for c in group if c.result.lr_max is not None), default=None),
             seeds=[c.seed for c in group],

@@ -112,3 +112,12 @@ def common_lrs(grids: list[np.ndarray], rel_tol: float = 1e-6) -> np.ndarray:
         keep = [lr for lr in common if np.any(np.abs(grid - lr) <= rel_tol * lr)]
         common = np.array(keep, dtype=float)
     return common
+
+
+def distinct_lrs(grids: list[np.ndarray], rel_tol: float = 1e-6) -> list[float]:
+    """The distinct learning rates of several grids (equal within `rel_tol`), ascending."""
+    out: list[float] = []
+    for lr in sorted(float(v) for grid in grids for v in grid):
+        if not out or abs(lr - out[-1]) > rel_tol * lr:
+            out.append(lr)
+    return out

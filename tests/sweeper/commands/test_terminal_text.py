@@ -35,7 +35,7 @@ def _sweep_yaml(tmp_path: Path) -> Path:
 
 def test_a_warning_and_a_table_cell_keep_their_brackets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _sweep_yaml(tmp_path)
-    assert main(["launch", str(path), "--dry-run"]) == 0
+    assert main(["launch", str(path), "--dry-run", "--wide"]) == 0  # every column, the resources too
     out = capsys.readouterr().out
     warning = next(line for line in out.splitlines() if line.startswith("warning: "))
     assert "corpus [hf]/[0, 1]/[bold].txt" in warning and "does not read the data" in warning

@@ -63,7 +63,7 @@ def test_optima_shows_lambada_and_the_loss_per_loop_count(parcae_like: Path, cap
         losses = json.loads(cell["best_loop_losses"])
         assert list(losses) == ["1", "2", "4", "8"] and losses["8"] == pytest.approx(cell["best_loss"])
     assert sweeper.open(parcae_like).optima().to_dicts() == cells
-    table = run(capsys, "optima", str(parcae_like))
+    table = run(capsys, "optima", str(parcae_like), "--wide")  # every column
     assert "loss at T=1/2/4/8" in table and "LAMBADA ppl" in table
     first = cells[0]
     assert f"{ppl_of(first['best_loss']):.4g}" in table and f"{first['best_loss'] + 0.3:.3f}" in table

@@ -92,16 +92,21 @@ def test_optima_report_best_loss_se_noise_and_stalled_cells(tmp_path):
 
 def test_optima_and_status_print_them(tmp_path, capsys):
     root, _ = sweep_dir(tmp_path)
-    assert main(["optima", str(root)]) == 0
+    assert main(["optima", str(root), "--wide"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "all stalled" in text and "(1.6 eval SE) within noise" in text and "the cell found no usable learning rate" in text
-    assert "2.1000 ± 0.0" in text and "+0.1000" in text
-    assert "(stalled)" in text and "best loss ± eval SE" in text
+    assert "2.1000 │ 0.0" in text and "+0.1000" in text  # best loss, then its eval SE
+    assert "(stalled)" in text and "± eval SE" in text
     assert "stalled: trained to the end without beating the loss of predicting by token frequencies" in text
     assert main(["status", str(root)]) == 0
     text = " ".join(capsys.readouterr().out.split())
+    # The stall line is the baseline the points were judged against (their frequency-only loss on the eval
+    # batches), then the data's entropy for reference.
+    assert "stall baseline: frequency-only loss 3.2450 nats on the eval batches" in text
     assert "data: unigram entropy 3.2509 nats (exact, 30,460,934 training tokens)" in text
     assert "1 stalled" in text and "stall" in text
+    assert main(["status", str(root), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["stall_baselines"] == [3.245]
     assert main(["status", str(root), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["unigram_entropy"] == UNIGRAM and {c["cell_id"]: c["n_stalled"] for c in doc["cells"]}["post/L32/s0"] == 3

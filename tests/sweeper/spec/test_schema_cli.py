@@ -104,7 +104,7 @@ def test_good_file_validates_and_writes_nothing(tmp_path):
     path = write(tmp_path, good(tmp_path))
     proc = cli("validate", str(path))
     assert proc.returncode == 0, proc.stderr
-    assert "3 methods × 2 sizes × 1 seeds = 6 cells" in proc.stdout
+    assert "3 methods × 2 sizes × 1 seed = 6 cells" in proc.stdout  # "1 seed", not "1 seeds" (issue 33)
     assert not (tmp_path / "out").exists()
 
 

@@ -21,7 +21,7 @@ def sweeper(*args: str) -> subprocess.CompletedProcess:
 
 def test_fit_prints_tables_with_intervals_and_writes_fits_json(make_sweep) -> None:
     sweep = make_sweep(truths=TRUTHS, depths=DEPTHS, noise=0.003)
-    out = sweeper(str(sweep), "--to", "1024", "512", "--resamples", "500")
+    out = sweeper(str(sweep), "--to", "1024", "512", "--resamples", "500", "--wide")
     assert out.returncode == 0, out.stderr
     text = out.stdout
     for heading in ("Loss vs depth", "Optimal LR vs depth", "Predictions at the --to targets", "Methods ranked",
@@ -39,7 +39,7 @@ def test_fit_prints_tables_with_intervals_and_writes_fits_json(make_sweep) -> No
 def test_fit_states_the_seeds_spread_and_se_of_each_point_and_the_failed_sizes(make_sweep) -> None:
     sweep = make_sweep(truths=TRUTHS, depths=[48, 64, 96, 128], seeds=(0, 1), noise=0.01, eval_se=0.004,
                        all_stalled={("layerrope", 128)})
-    out = sweeper(str(sweep), "--resamples", "200")
+    out = sweeper(str(sweep), "--resamples", "200", "--wide")
     assert out.returncode == 0, out.stderr
     doc = json.loads((sweep / "fits.json").read_text())
     text = " ".join(out.stdout.split())

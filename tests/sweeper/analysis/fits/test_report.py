@@ -134,7 +134,8 @@ def test_stalled_cells_and_points_stay_out_of_loss_fits_and_are_listed_as_failed
     assert [p[0] for p in lf["points"]] == [48.0, 64.0, 96.0, 128.0]
     assert lf["alpha"]["value"] == pytest.approx(0.7, rel=1e-9)  # the stalled losses did not enter
     row = next(r for r in doc["methods"]["layerrope"]["sensitivity"] if r["size"] == "L192")
-    assert row["n_diverged"] == 5  # stalled points count as diverged in the sensitivity
+    # Stalled points count at the cap in the sensitivity (like diverged ones), but are counted apart (issue 33).
+    assert row["n_diverged"] == 0 and row["n_stalled"] == 5 and row["n_lrs"] == 5 and row["n_distinct_lrs"] == 5
 
 
 def test_seeds_are_averaged_and_their_spread_kept(make_sweep) -> None:
