@@ -8,7 +8,7 @@ import argparse
 import json
 from typing import Any
 
-from sweeper.commands.cliargs import add_format
+from sweeper.commands.cliargs import add_format, add_wide
 
 
 def register(subparsers: Any) -> None:
@@ -31,6 +31,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--include-edge", action="store_true",
                         help="use cells whose best LR is at the edge of the swept grid (their loss is an upper bound)")
     add_format(parser)
+    add_wide(parser)
     parser.set_defaults(func=run)
 
 
@@ -46,20 +47,21 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps({"dir": str(args.dir), **result.to_json()}, indent=2))
         return 0
-    print_table(args.dir, result)
+    print_table(args.dir, result, wide=args.wide)
     return 0
 
 
-def print_table(where: Any, result: Any) -> None:
-    from rich.table import Table
+def print_table(where: Any, result: Any, *, wide: bool = False) -> None:
     from rich.text import Text
 
-    from sweeper.records.table import fmt, make_console
+    from sweeper.records.layout import Col, Layout
+    from sweeper.records.table import fmt
 
-    table = Table(header_style="bold", title_justify="left",
-                  title=f"{where}: lead of {result.b} over {result.a} ({result.a}'s loss - {result.b}'s, same seed)")
-    for name in ("size", result.x, "per-seed leads", "mean lead", "95% t-interval", "df", "excludes 0", "left out"):
-        table.add_column(name, justify="left" if name in ("size", "per-seed leads", "left out") else "right")
+    table = Layout(f"{where}: lead of {result.b} over {result.a} ({result.a}'s loss - {result.b}'s, same seed)", [
+        Col("size", keep=True, justify="left"), Col(result.x, priority=3), Col("per-seed leads", priority=2,
+                                                                                 justify="left", short="per seed"),
+        Col("mean lead", keep=True, short="mean"), Col("95% t-interval", keep=True, short="95% CI"),
+        Col("df", keep=True), Col("excludes 0", keep=True, short="≠0"), Col("left out", priority=1, justify="left")])
     for c in result.sizes:
         x = fmt(c.x_a, ".4g") if c.x_a == c.x_b else f"{fmt(c.x_a, '.4g')} / {fmt(c.x_b, '.4g')}"
         leads = " ".join(f"s{s.seed} {s.lead:+.4f}" for s in c.per_seed) or "—"
@@ -69,8 +71,11 @@ def print_table(where: Any, result: Any) -> None:
         left = "; ".join(f"s{m.seed}: {m.reason}" for m in c.missing) or ""
         table.add_row(c.size, x, leads, fmt(c.mean, "+.4f") if c.mean is not None else "—", interval, str(c.df), sig,
                       left)
+    from sweeper.records.layout import print_layout
+    from sweeper.records.table import make_console
+
     console = make_console()
-    console.print(table)
+    print_layout(console, table, wide=wide)
     console.print("lead: the difference of the cells' grid-best measured losses at the same seed (positive: "
                   f"{result.b} is better); the interval is mean ± t(0.975, df)·sd/√n over the n seeds, df = n - 1; "
                   "with one seed no interval exists and no claim is made", highlight=False, style="dim")

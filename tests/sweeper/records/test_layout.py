@@ -85,6 +85,16 @@ def test_every_table_of_fit_fits(finished, width, capsys, monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("width", WIDTHS)
+def test_the_compare_table_fits_and_keeps_each_size_and_its_interval(finished, width, capsys, monkeypatch) -> None:
+    doc = json.loads(run(capsys, monkeypatch, width, "compare", str(finished), "--methods", "pre,layerrope",
+                         "--format", "json"))
+    rows = [(c["size"], f"{c['mean']:+.4f}", f"[{c['ci'][0]:+.4f}, {c['ci'][1]:+.4f}]") for c in doc["comparisons"]
+            if c["ci"] is not None]
+    assert rows
+    check(run(capsys, monkeypatch, width, "compare", str(finished), "--methods", "pre,layerrope"), width, rows)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
 def test_the_plan_and_the_named_sizes_fit(width, capsys, monkeypatch) -> None:
     plan = json.loads(run(capsys, monkeypatch, width, "launch", "sweeps/depth-laptop.yaml", "--dry-run", "--json"))
     out = run(capsys, monkeypatch, width, "launch", "sweeps/depth-laptop.yaml", "--dry-run")
