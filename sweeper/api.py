@@ -38,6 +38,9 @@ OPTIMA_SCHEMA: dict[str, pl.DataType] = {
     "interp_lr": pl.Float64, "interp_objective": pl.Float64, "n_points": pl.Int64, "n_diverged": pl.Int64,
     "n_stalled": pl.Int64, "n_failed": pl.Int64, "n_infra_failed": pl.Int64, "n_running": pl.Int64,
     "best_lambada_ppl": pl.Float64, "best_loop_losses": pl.Utf8,
+    # where the best point sits in what was tried (`sweeper.records.edges.neighbour_fields`)
+    "edge": pl.Utf8, "low_lr": pl.Float64, "low_state": pl.Utf8, "low_gap": pl.Float64, "high_lr": pl.Float64,
+    "high_state": pl.Utf8, "high_gap": pl.Float64,
 }
 
 

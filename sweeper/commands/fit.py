@@ -121,8 +121,9 @@ def register(subparsers: Any) -> None:
                         help="the scale axis (default: the sweep's own: depth for a depth sweep, params for named sizes)")
     parser.add_argument("--to", type=_size_arg, nargs="+", default=[], metavar="VALUE",
                         help="predict loss and optimal LR at these x values (1024, 350M, 1.3B, 2e9)")
-    parser.add_argument("--n", dest="n_def", choices=["nonembed", "total"], default="nonembed",
-                        help="parameter count N for --x params and for 6ND compute (default: nonembed)")
+    parser.add_argument("--n", dest="n_def", choices=["nonembed", "total"], default=None,
+                        help="parameter count N for --x params and for 6ND compute (default: nonembed; an imported "
+                             "sweep's x is its table's size column, read as total)")
     parser.add_argument("--compute", dest="c_def", choices=["flops", "6nd"], default="flops",
                         help="compute C: flops = flops_per_token × tokens (6·N_matmul + attention; default), "
                              "6nd = 6·N·D")
@@ -150,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     root = Path(args.dir)
     results = collect(root, include_edge=args.include_edge, lr_source=args.lr_source)
+    args.n_def = args.n_def or imported_n_def(root)
     axis = args.x or results.default_x
     targets, notes = resolve_targets(args.to, axis, args.n_def, results)
     for note in notes:
@@ -179,6 +181,19 @@ def run(args: argparse.Namespace) -> int:
     render(doc, written=None if args.no_write else root / FITS, lr_label=lr_label_of(root))
     render_lambada(root)
     return 0
+
+
+def imported_n_def(root: Path) -> str:
+    """'total' for an imported sweep (its cells' params are the table's size column, as recorded), else 'nonembed'.
+    Says so on stderr: an import's x is whatever column `sweeper import --size-column` chose."""
+    from sweeper.records.manifest import read_manifest  # (see `run`)
+
+    manifest = read_manifest(root)
+    if not manifest.is_imported:
+        return "nonembed"
+    column = manifest.imported.size_column  # type: ignore[union-attr]
+    sys.stderr.write(f"imported sweep: x = the table's size column {column!r} as recorded ({manifest.imported_label})\n")
+    return "total"
 
 
 def lr_label_of(root: Path) -> tuple[str, str | None] | None:

@@ -32,6 +32,10 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument("dir", help="the sweep directory")
+    parser.add_argument("--edges", action="store_true",
+                        help="the bracket audit: list only the cells whose optimum is at an edge of the learning "
+                             "rates tried (which side, the range tried, and the LRs a bracketing search would try "
+                             "next), and the cells with no optimum (every run diverged)")
     add_format(parser, choices=("table", "csv", "json"))
     parser.set_defaults(func=run)
 
@@ -45,13 +49,16 @@ def run(args: argparse.Namespace) -> int:
     from sweeper.records.results import noise_note, optima, points_per_bracketed_cell
     from sweeper.records.table import STATUS_STYLE, fmt, make_console
 
+    if args.edges:
+        return run_edges(args)
     rows = optima(args.dir)
     average = points_per_bracketed_cell(rows)
     manifest = read_manifest(args.dir)
-    simulated = manifest.simulated_label
+    simulated = manifest.simulated_label or manifest.imported_label
     if args.format == "json":
         print(json.dumps({"name": manifest.name, "dir": str(args.dir), "cells": rows,
-                          "points_per_bracketed_cell": average, "simulated": simulated is not None},
+                          "points_per_bracketed_cell": average, "simulated": manifest.is_simulated,
+                          "imported": manifest.is_imported},
                          indent=2, default=str))
         return 0
     if args.format == "csv":
@@ -109,6 +116,53 @@ def run(args: argparse.Namespace) -> int:
     console.print("interp lr: the vertex of a parabola in log LR through the best grid point and its two neighbours; "
                   "interp objective: the parabola's value there (a model, not a measured loss: fits use the best loss)",
                   highlight=False, style="dim")
+    return 0
+
+
+EDGE_COLUMNS = ("cell_id", "method", "size", "seed", "side", "best_lr", "best_loss", "tried_lo", "tried_hi", "n_points",
+                "ratio", "next_lrs")
+
+
+def run_edges(args: argparse.Namespace) -> int:
+    """`--edges`: the bracket audit (`sweeper.records.edges.edge_audit`)."""
+    from sweeper.records.edges import edge_audit
+    from sweeper.records.manifest import read_manifest
+    from sweeper.records.table import fmt, make_console
+
+    audit = edge_audit(args.dir)
+    manifest = read_manifest(args.dir)
+    if args.format == "json":
+        print(json.dumps({"name": manifest.name, "dir": str(args.dir), "imported": manifest.is_imported, **audit},
+                         indent=2, default=str))
+        return 0
+    if args.format == "csv":
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=list(EDGE_COLUMNS), extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        for row in audit["edges"]:
+            writer.writerow({**row, "tried_lo": row["tried"][0], "tried_hi": row["tried"][1],
+                             "next_lrs": " ".join(f"{v:.6g}" for v in row["next_lrs"])})
+        sys.stdout.write(buffer.getvalue())
+        return 0
+    from rich.table import Table
+
+    console = make_console()
+    title = f"{manifest.name} ({args.dir}): optima at an edge of the learning rates tried"
+    table = Table(header_style="bold", title=title, title_justify="left")
+    for name in ("method", "size", "seed", "side", "best lr", "best loss", "tried", "pts", "next lr"):
+        table.add_column(name, justify="right" if name in ("seed", "best lr", "best loss", "pts") else "left",
+                         no_wrap=True)
+    for r in audit["edges"]:
+        table.add_row(r["method"], r["size"], str(r["seed"]), r["side"], fmt(r["best_lr"], ".4g"),
+                      fmt(r["best_loss"], ".4f"), f"{r['tried'][0]:.4g}..{r['tried'][1]:.4g}", str(r["n_points"]),
+                      " ".join(f"{v:.4g}" for v in r["next_lrs"]))
+    console.print(table)
+    console.print(f"{len(audit['edges'])} of {audit['cells_with_optimum']} optima are one-sided (low: the lowest LR "
+                  "tried is the best, high: the highest, both: one LR); next lr: what a bracketing search would try "
+                  "next (decide, stepping by the grid ratio)", highlight=False)
+    if audit["no_optimum"]:
+        console.print(f"{len(audit['no_optimum'])} cells have no optimum (every run diverged): "
+                      + ", ".join(r["cell_id"] for r in audit["no_optimum"]), highlight=False, style="dim")
     return 0
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import polars as pl
 
+from sweeper.records.edges import neighbour_fields
 from sweeper.records.fold import current_points
 from sweeper.records.noise import NOISE_SES, closest_neighbour
 from sweeper.core.rows import CellFacts, PointRow, cell_order
@@ -75,6 +76,7 @@ def optima(sweep_dir: str | Path) -> list[dict[str, Any]]:
             "best_lambada_ppl": best_row.lambada_ppl if best_row else None,
             "best_loop_losses": best_row.loop_losses if best_row else None,  # a JSON map {"count": loss}
         }
+        row.update(neighbour_fields([p for p in pts if p.state.is_finished], best_row))  # edge side, gaps
         rows.append((cell_order({**row, "loops": facts.loops}), row))
     return [row for _, row in sorted(rows, key=lambda item: item[0])]
 
