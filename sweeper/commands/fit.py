@@ -137,6 +137,14 @@ def register(subparsers: Any) -> None:
                         help="resampling scheme (default residual: small-sample calibrated residual bootstrap)")
     parser.add_argument("--resamples", type=_resamples_arg, default=2000, help="bootstrap resamples (default 2000)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap random seed (default 0: reproducible)")
+    parser.add_argument("--lr-law", default=None, metavar="X1,X2",
+                        help="also fit the optimal LR in two variables, log LR* = c + a·log X1 + b·log X2, with "
+                             "bootstrap 95%% intervals on both exponents (cells resampled): on an import, two of its "
+                             "group columns (e.g. N,D); on a trained sweep N (parameters) and D (tokens per point). "
+                             "Refused when the two cannot be separated (e.g. a ladder at fixed tokens per parameter)")
+    parser.add_argument("--holdout", choices=["largest"], default=None,
+                        help="leave each method's largest size out, predict its optimal LR and loss from the smaller "
+                             "ones with 95%% prediction intervals, and say whether the recorded values fall inside")
     add_format(parser)
     parser.add_argument("--no-write", action="store_true", help="do not write DIR/fits.json")
     parser.set_defaults(func=run)
@@ -164,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
     if axis == "depth" and not any(s.scale.depth for s in results.sizes):
         raise UserError(f"{root}: no depth recorded for the sweep's sizes; use --x params or --x compute")
     doc = build_report(results, opts)
+    add_laws(doc, args, root, results, axis)
     doc.elapsed_s = time.perf_counter() - started
     if not args.no_write:
         try:
@@ -180,7 +189,75 @@ def run(args: argparse.Namespace) -> int:
         return 0
     render(doc, written=None if args.no_write else root / FITS, lr_label=lr_label_of(root))
     render_lambada(root)
+    render_laws(doc)
     return 0
+
+
+def add_laws(doc: FitsDocument, args: argparse.Namespace, root: Path, results: Any, axis: str) -> None:
+    """`--lr-law` and `--holdout`: their sections of fits.json (`sweeper.analysis.fits.laws`)."""
+    if args.lr_law is None and args.holdout is None:
+        return
+    from sweeper.analysis.fits.laws import holdout_section, law_holdout, lr_law_section, parse_law_names  # (see `run`)
+
+    names = parse_law_names(args.lr_law) if args.lr_law is not None else None
+    if names is not None:
+        doc.lr_law = lr_law_section(root, results, names, n_def=args.n_def, resamples=args.resamples, seed=args.seed,
+                                    lr_source=args.lr_source)
+        if doc.lr_law.refused:
+            raise UserError(f"{root}: --lr-law {args.lr_law}: {doc.lr_law.refused}")
+    if args.holdout is not None:
+        doc.holdout = holdout_section(results, axis, args.n_def, args.c_def, resamples=args.resamples,  # type: ignore[arg-type]
+                                      seed=args.seed)
+        if names is not None:
+            doc.holdout.rows = doc.holdout.rows + law_holdout(root, results, names, n_def=args.n_def, resamples=args.resamples,
+                                            seed=args.seed)
+
+
+def render_laws(doc: FitsDocument) -> None:
+    """The two-variable LR law and the leave-largest-out forecasts, when asked for."""
+    from rich.table import Table  # (see `run`)
+
+    from sweeper.records.table import make_console
+
+    console = make_console()
+    law = doc.lr_law
+    if law is not None:
+        table = Table(title=f"Optimal LR in two variables: log LR* = c + a·log {' + b·log '.join(law.exponents)} "
+                      f"(bootstrap: {law.bootstrap}, 95% intervals)", title_justify="left", header_style="bold")
+        for col in ("over", "cells", "rows", *(f"exponent of {n}" for n in law.exponents), "c", "resid. sd (log)"):
+            table.add_column(col, justify="left" if col == "over" else "right")
+        for fit in (law, law.near_optimal):
+            if fit is None:
+                continue
+            table.add_row(str(fit.over), _g(fit.n_cells), _g(fit.n_rows),
+                          *(f"{e.value:.3f} [{_g(e.ci[0], '.3f')}, {_g(e.ci[1], '.3f')}]" for e in fit.exponents.values()),
+                          f"{fit.intercept:.3f}", _g(fit.residual_sd, ".3f"))
+        console.print(table)
+        console.print(f"{law.choice}; variables: " + "; ".join(f"{n} = {w}" for n, w in law.variables.items()),
+                      highlight=False, style="dim")
+        for warning in law.warnings + (law.near_optimal.warnings if law.near_optimal else []):
+            console.print(f"lr law: {warning}", highlight=False)
+    hold = doc.holdout
+    if hold is not None:
+        table = Table(title=f"Leave-largest-out forecasts ({hold.interval})", title_justify="left",
+                      header_style="bold")
+        for col in ("method", "held out", "from", "optimal LR: predicted [95% PI] vs recorded",
+                    "loss: predicted [95% PI] vs recorded"):
+            table.add_column(col)
+        for row in hold.rows:
+            table.add_row(row.method, str(row.size), str(len(row.fitted_sizes)), _forecast(row.lr, ".3g"),
+                          _forecast(row.loss, ".4f"))
+        console.print(table)
+        for method, why in hold.skipped.items():
+            console.print(f"holdout: {method}: {why}", highlight=False, style="dim")
+
+
+def _forecast(value: Any, spec: str) -> str:
+    if value is None or value.predicted is None:
+        return "—"
+    band = f" [{format(value.lo, spec)}, {format(value.hi, spec)}]" if value.lo is not None else " (no interval)"
+    verdict = "" if value.inside is None else " inside" if value.inside else " OUTSIDE"
+    return f"{format(value.predicted, spec)}{band} vs {format(value.recorded, spec)}{verdict}"
 
 
 def imported_n_def(root: Path) -> str:

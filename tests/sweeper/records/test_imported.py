@@ -202,3 +202,48 @@ def test_marin_one_sided_optima_against_the_table(tmp_path, capsys):
     assert listed == one_sided and len(listed) == 117 and audit["cells_with_optimum"] == len(truth) == 147
     sides = {e["side"] for e in audit["edges"]}
     assert sides <= {"low", "high", "both"}
+
+
+def test_holdout_largest_on_an_import(tmp_path, capsys):
+    """opt=a at the grid best: LR 0.001, 0.002 at N 1e6, 2e6 (a line of slope 1) predicts 0.004 at 4e6, where 0.001 was
+    recorded; losses 3.10, 2.90 predict 2.90²/3.10 there (a pure power law through two points: no interval)."""
+    out = imported(tmp_path, capsys)
+    doc = cli_json(capsys, "fit", str(out), "--holdout", "largest", "--include-edge", "--lr-source", "grid",
+                   "--no-write")
+    rows = {r["method"]: r for r in doc["holdout"]["rows"]}
+    a = rows["opt=a"]
+    assert a["size"] == "4e6" and a["fitted_sizes"] == ["1e6", "2e6"] and a["x"] == 4e6
+    assert a["lr"]["predicted"] == pytest.approx(0.004) and a["lr"]["recorded"] == pytest.approx(0.001)
+    assert a["lr"]["lo"] is None and a["lr"]["inside"] is None
+    assert a["loss"]["predicted"] == pytest.approx(2.90**2 / 3.10) and a["loss"]["recorded"] == pytest.approx(2.80)
+    assert "prediction interval" in doc["holdout"]["interval"]
+
+
+def test_a_ladder_at_fixed_tokens_per_parameter_refuses_the_two_variable_law(tmp_path, capsys):
+    lines = ["N,D,lr,loss"]
+    for n in (1e6, 2e6, 4e6, 8e6):
+        for lr, loss in ((0.001, 3.1), (0.002, 3.0), (0.004, 3.2)):
+            lines.append(f"{n:g},{20 * n:g},{lr},{loss - math.log(n) / 100}")
+    out = tmp_path / "ladder"
+    cli_json(capsys, "import", str(write_table(tmp_path, "\n".join(lines) + "\n")), "--group", "N,D", "--out", str(out))
+    capsys.readouterr()
+    assert main(["fit", str(out), "--lr-law", "N,D", "--no-write"]) == 2
+    err = capsys.readouterr().err
+    assert "collinear" in err and "one-variable law" in err and err.count("error:") == 1
+    assert main(["fit", str(out), "--lr-law", "N,bs", "--no-write"]) == 2
+    assert "bs not among the import's group columns" in capsys.readouterr().err
+
+
+@needs_steplaw
+def test_the_two_variable_law_on_steplaw_covers_the_published_medians(tmp_path, capsys):
+    out = tmp_path / "steplaw"
+    cli_json(capsys, "import", str(STEPLAW / "dense_lr_bs_loss.csv"), "--group", "N,D", "--duplicates", "min",
+             "--out", str(out))
+    law = cli_json(capsys, "fit", str(out), "--lr-law", "N,D")["lr_law"]
+    assert law["n_cells"] == 16 and law["over"] == "optima" and "near_optimal" in law["choice"]
+    for fit in (law, law["near_optimal"]):
+        n, d = fit["exponents"]["N"], fit["exponents"]["D"]
+        assert n["ci"][0] < -0.712 < n["ci"][1] and d["ci"][0] < 0.307 < d["ci"][1]
+        assert n["value"] < 0 < d["value"]
+    assert law["near_optimal"]["n_rows"] > law["n_rows"]
+    assert json.loads((out / "fits.json").read_text())["lr_law"]["exponents"]["N"]["value"] == law["exponents"]["N"]["value"]
