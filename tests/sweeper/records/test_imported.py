@@ -247,3 +247,11 @@ def test_the_two_variable_law_on_steplaw_covers_the_published_medians(tmp_path, 
         assert n["value"] < 0 < d["value"]
     assert law["near_optimal"]["n_rows"] > law["n_rows"]
     assert json.loads((out / "fits.json").read_text())["lr_law"]["exponents"]["N"]["value"] == law["exponents"]["N"]["value"]
+
+
+def test_export_says_an_import_has_no_weights(tmp_path, capsys):
+    out = imported(tmp_path, capsys)
+    capsys.readouterr()
+    assert main(["export", str(out), "--out", str(tmp_path / "exported")]) == 2
+    assert "imported sweep: no ledger: no trained weights" in capsys.readouterr().err
+    assert not (tmp_path / "exported").exists()
