@@ -269,6 +269,10 @@ def imported_n_def(root: Path) -> str:
     if not manifest.is_imported:
         return "nonembed"
     column = manifest.imported.size_column  # type: ignore[union-attr]
+    if column is None:
+        raise UserError(f"{root}: imported sweep without a size column (no group column of "
+                        f"{manifest.imported.source} holds sizes): nothing to fit against; import it again with "  # type: ignore[union-attr]
+                        "--size-column naming a numeric group column")
     sys.stderr.write(f"imported sweep: x = the table's size column {column!r} as recorded ({manifest.imported_label})\n")
     return "total"
 

@@ -177,6 +177,10 @@ def table_from_frame(
                         f"{', '.join(missing)} (the table has: {have})")
     if not group_columns:
         raise UserError(f"{source}: name at least one group column (--group)")
+    both = [c for c in (lr_column, loss_column) if c in group_columns]
+    if both:
+        raise UserError(f"{source}: --group {','.join(group_columns)}: {', '.join(both)} is the learning-rate or loss "
+                        "column, not a group column")
     if frame.height == 0:
         raise UserError(f"{source}: the table has no rows")
     problems: list[str] = []

@@ -134,6 +134,7 @@ def test_an_import_is_never_relaunched_or_repaired(tmp_path, capsys):
     (ROWS, ["--group", "opt,size"], "missing column size"),
     (ROWS.replace("3.10", "x3"), ["--group", "opt,N"], "not a number"),
     (ROWS, ["--group", "opt,N", "--duplicates", "min", "--size-column", "opt"], "--size-column opt"),
+    (ROWS, ["--group", "opt,lr"], "lr is the learning-rate or loss column"),
 ])
 def test_bad_tables_exit_2_and_write_nothing(tmp_path, capsys, text, args, says):
     out = tmp_path / "sweep"
@@ -148,6 +149,16 @@ def test_a_non_empty_out_is_refused(tmp_path, capsys):
     (out / "keep.txt").write_text("mine")
     assert main(["import", str(write_table(tmp_path)), "--group", "opt,N", "--duplicates", "min", "--out", str(out)]) == 2
     assert "not an empty directory" in capsys.readouterr().err and sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+
+
+def test_an_import_without_a_size_column_reads_but_does_not_fit(tmp_path, capsys):
+    out = tmp_path / "sizeless"
+    doc = cli_json(capsys, "import", str(write_table(tmp_path)), "--group", "opt", "--duplicates", "min",
+                   "--out", str(out))
+    assert doc["size_column"] is None and doc["cells"] == 2
+    assert [c["cell_id"] for c in cli_json(capsys, "optima", str(out))["cells"]] == ["opt=a/all/s0", "opt=b/all/s0"]
+    assert main(["fit", str(out), "--no-write"]) == 2
+    assert "without a size column" in capsys.readouterr().err
 
 
 def test_parquet_and_a_divergence_threshold(tmp_path, capsys):
