@@ -205,8 +205,20 @@ def neighbour_text(row: dict[str, Any]) -> Any:
     from rich.text import Text  # (see `run`)
 
     if row.get("neighbour_gap") is None:
-        return "—"
+        return gaps_text(row)
     se = row["neighbour_gap_se"]
     ratio = row["neighbour_gap"] / se if se else math.inf
     text = f"{row['neighbour_gap']:+.4f} ({ratio:.1f} SE)" if ratio < 100 else f"{row['neighbour_gap']:+.4f} (>99 SE)"
     return Text(f"{text} within noise", style="bold yellow") if row["within_noise"] else text
+
+
+def gaps_text(row: dict[str, Any]) -> str:
+    """Without standard errors (an imported table): the loss gap to each neighbour, 'low +0.0120 · high diverged';
+    'edge' on a side with none tried; '—' without a best point."""
+    if row.get("best_lr") is None:
+        return "—"
+    parts = []
+    for side in ("low", "high"):
+        state, gap = row.get(f"{side}_state"), row.get(f"{side}_gap")
+        parts.append(f"{side} " + ("edge" if state is None else f"{gap:+.4f}" if gap is not None else str(state)))
+    return " · ".join(parts)
