@@ -76,6 +76,7 @@ class SweepData:
     seeds: tuple[int, ...] = ()
     colours: dict[str, str] = field(default_factory=dict)
     x_kind: str | None = None  # the manifest's scaling axis: "depth", "params", or "loops" (a loop-count sweep)
+    declared_methods: tuple[str, ...] = ()  # the sweep file's order of methods (its first is the baseline of `leads`)
 
     @classmethod
     def build(
@@ -87,6 +88,7 @@ class SweepData:
         fits: FitsDocument | None = None,
         *,
         x_kind: str | None = None,
+        declared_methods: tuple[str, ...] = (),
     ) -> SweepData:
         points = points.sort("point_id") if points.height else points
         cells = cells.sort("cell_id") if cells.height else cells
@@ -104,6 +106,7 @@ class SweepData:
             seeds=tuple(sorted(set(points["seed"].drop_nulls().unique()) | set(cells["seed"].drop_nulls().unique()))),
             colours=style.method_colours(methods),
             x_kind=x_kind if x_kind in ("depth", "params", "compute", "loops") else None,
+            declared_methods=declared_methods,
         )
 
     def filtered(self, filters: Filters) -> SweepData:
@@ -229,6 +232,7 @@ def load_sweep(sweep_dir: str | os.PathLike[str]) -> SweepData:
         load_curves(sweep_dir),
         load_fits(sweep_dir),
         x_kind=manifest.x,
+        declared_methods=tuple(dict.fromkeys(c.method for c in manifest.cells.values() if c.method)),
     )
 
 

@@ -287,6 +287,7 @@ _INPUTS: dict[str, Callable[[LiveModel], tuple[Any, ...]]] = {
     "status": lambda m: (m.points_version, m.cells_version),
     "scaling": lambda m: (m.points_version, m.cells_version, m.fits_version),
     "optimal_lr": lambda m: (m.points_version, m.cells_version, m.fits_version),
+    "leads": lambda m: (m.cells_version,),
     "progress": lambda m: (m.points_version,),
 }
 

@@ -3,7 +3,7 @@
 A `Sweep` reads a sweep directory (running or finished) through the same readers as the command
 line, so its numbers are the CLI's: `points()`, `curves()` and `cells()` are the store's tables
 (`cells()` is what `sweeper status --json` prints), `optima()` is `sweeper optima --format json`'s
-cells, `fits()` is `fits.json` (what `sweeper fit` wrote) as typed objects, and `figure(name)`
+cells, `compare(a, b)` is `sweeper compare`'s paired leads, `fits()` is `fits.json` (what `sweeper fit` wrote) as typed objects, and `figure(name)`
 is one of the dashboards' Plotly figures (`sweeper plots` draws the same). Every call reads the
 directory again, so a notebook cell re-run during a sweep shows its progress.
 
@@ -22,6 +22,8 @@ from typing import Any
 
 import polars as pl
 
+from sweeper.analysis.compare import Comparison, CompareX
+from sweeper.analysis.compare import compare as compare_methods
 from sweeper.analysis.fits import document
 from sweeper.analysis.fits.document import FitsDocument, load_fits
 from sweeper.records.manifest import Manifest, read_manifest
@@ -37,7 +39,10 @@ OPTIMA_SCHEMA: dict[str, pl.DataType] = {
     "neighbour_gap_paired": pl.Boolean, "within_noise": pl.Boolean, "best_objective": pl.Float64,
     "interp_lr": pl.Float64, "interp_objective": pl.Float64, "n_points": pl.Int64, "n_diverged": pl.Int64,
     "n_stalled": pl.Int64, "n_failed": pl.Int64, "n_infra_failed": pl.Int64, "n_running": pl.Int64,
-    "best_lambada_ppl": pl.Float64, "best_loop_losses": pl.Utf8,
+    "best_lambada_ppl": pl.Float64, "best_loop_losses": pl.Utf8, "stalled_loss": pl.Float64,
+    # the seeds' noise (`sweeper.records.seed_noise`) and which noise `within_noise` used (eval | seeds)
+    "seed_sd_best_loss": pl.Float64, "n_seeds": pl.Int64, "seed_sd_at_best_lr": pl.Float64,
+    "seed_sd_at_neighbour_lr": pl.Float64, "seed_sd_gap": pl.Float64, "n_seeds_gap": pl.Int64, "noise": pl.Utf8,
     # where the best point sits in what was tried (`sweeper.records.edges.neighbour_fields`)
     "edge": pl.Utf8, "low_lr": pl.Float64, "low_state": pl.Utf8, "low_gap": pl.Float64, "high_lr": pl.Float64,
     "high_state": pl.Utf8, "high_gap": pl.Float64,
@@ -143,11 +148,12 @@ class SizeFit:
     lr_opt: float | None
     seeds: tuple[int, ...]
     cells: tuple[str, ...]
+    partial: bool = False  # some seed of the size had no usable optimum (fitted only with --allow-partial)
 
     @classmethod
     def of(cls, row: document.SizeRow) -> SizeFit:
         return cls(size=str(row.size), x=_float(row.x), loss=_float(row.loss), lr_opt=_float(row.lr_opt),
-                   seeds=tuple(row.seeds), cells=tuple(row.cells))  # type: ignore[arg-type]
+                   seeds=tuple(row.seeds), cells=tuple(row.cells), partial=bool(row.partial))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -230,6 +236,11 @@ class Sweep:
         """Per cell: status, grid-best LR and loss, interpolated optimum, point counts (`sweeper optima`)."""
         return pl.DataFrame(optima_rows(self.path), schema=OPTIMA_SCHEMA, orient="row")
 
+    def compare(self, a: str, b: str, *, x: CompareX | None = None, include_edge: bool = False) -> Comparison:
+        """The lead of method `b` over method `a` per size, paired by seed, with Student-t 95% intervals
+        (`sweeper compare DIR --methods a,b`; `.to_json()` is its `--format json`)."""
+        return compare_methods(self.path, a, b, x=x, include_edge=include_edge)
+
     def fits(self) -> Fits | None:
         """`fits.json` (written by `sweeper fit`) as typed objects; None before the first fit."""
         doc = load_fits(self.path)
@@ -249,7 +260,8 @@ class Sweep:
         return f"Sweep({str(self.path)!r})"
 
 
-FIGURE_NAMES: Sequence[str] = ("status", "loss_vs_lr", "scaling", "optimal_lr", "learning_curves", "progress")
+FIGURE_NAMES: Sequence[str] = ("status", "loss_vs_lr", "scaling", "optimal_lr", "leads", "learning_curves",
+                                "progress")
 
 
 def open_sweep(path: str | os.PathLike[str]) -> Sweep:

@@ -29,10 +29,23 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+TOKENIZER_TRAINABLE_SOURCES = ("hf", "text", "jsonl", "parquet")  # the sources with text to train a tokenizer on
+
+
+class TokenizerTrainConfig(StrictModel):
+    """A byte-level BPE tokenizer the launch trains at `data.tokenizer` (a local `.json` path) when that file
+    is missing: `vocab` ids (the end-of-document token included) from the first `documents` training documents
+    of the data (`trials.data.bpe`). Parcae's recipe: its own 32,768-id BPE on FineWeb-Edu."""
+
+    vocab: Annotated[int, Field(ge=260, le=65536)] = 32768
+    documents: PositiveInt = 200_000
+
+
 class DataConfig(StrictModel):
     """Where tokens come from.
 
-    - `builtin`: the running interpreter's standard-library sources, byte-level tokens (vocab 256).
+    - `builtin`: the running interpreter's standard-library sources, byte-level tokens (vocab 256),
+      split by top-level module or package into train, validation and test (`eval_split`).
     - `text` / `jsonl` / `parquet`: local files (`path`: a file, a directory or a glob), byte-level
       tokens unless `tokenizer` is given; `text_column` for JSONL/Parquet.
     - `tokens`: a pre-tokenized binary file of `token_dtype` integers (`path`), optional `val_path`.
@@ -48,12 +61,16 @@ class DataConfig(StrictModel):
     text_column: str = "text"
     token_dtype: Literal["uint16", "uint32"] = "uint16"
     tokenizer: str | None = None  # None: byte-level (vocab 256); else a local path or a hub name (needs `hf`)
+    tokenizer_train: TokenizerTrainConfig | None = None  # train `tokenizer` at launch when its file is missing
     dataset: str | None = None
     subset: str | None = None
     split: str = "train"
     val_split: str | None = "validation"
     streaming: bool = True
-    val_fraction: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.05
+    val_fraction: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.05  # held-out share (`builtin`: of its units, for validation and again for test: < 0.5)
+    # `builtin`: the held-out side evaluated. `val` chooses the LR and reports the loss; `test` is a third,
+    # disjoint side for a final number at LRs already chosen (never used by the search).
+    eval_split: Literal["val", "test"] = "val"
     seed: int = 0
     shuffle_buffer: PositiveInt = 10_000  # `hf` streaming: documents in the shuffle buffer
     synthetic_vocab: Annotated[int, Field(ge=2, le=65536)] = 64  # `synthetic`: alphabet size

@@ -27,10 +27,7 @@ The trial stops when every member is diverged or has finished, or when `should_s
 from __future__ import annotations
 
 import contextlib
-import json
 import math
-import os
-import random
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -41,13 +38,13 @@ import torch
 
 from models import build_model, count_params, flops_per_token
 from models.families.vit import vit_settings
-from trials.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from trials.checkpoint import latest_checkpoint
 from trials.compiled import compile_regions
 from trials.data import check_vocab, open_source
 from trials.data.base import seed_words
 from trials.data.prefetch import Prefetcher
 from trials.determinism import set_deterministic
-from trials.divergence import DivergenceMonitor, stall_reason
+from trials.divergence import DivergenceMonitor
 from trials.engine import DeviceStep, accumulate, make_optimizer, release_cached_memory, resolve_execution
 from trials.errors import TrialInputError
 from trials.evaluation import FinalTasks, evaluate_text, loop_counts
@@ -56,14 +53,11 @@ from trials.model_setup import recipe_model, trial_family
 from trials.noise import mean_and_se
 from trials.schedule import LRSchedule, budget_count, total_steps
 from trials.config import VisionConfig
-from trials.spec import MemberReport, PointResult, StepReport, TrialSpec
+from trials.spec import PointResult, StepReport, TrialSpec
+from trials.trial_state import TrialState
 from trials.vision import ClassificationBatches, open_image_data, top1_correct
 
 Report = Callable[[StepReport], None]
-
-
-def _finite_or_none(x: float | None) -> float | None:
-    return x if x is not None and math.isfinite(x) else None
 
 
 def resolve_device(train_device: str) -> torch.device:
@@ -91,8 +85,10 @@ def pinned_tensor(batch: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(batch).pin_memory()
 
 
-class Trial:
-    """One trial, ready to run (or to resume from a checkpoint)."""
+class Trial(TrialState):
+    """One trial, ready to run (or to resume from a checkpoint): built here, trained and evaluated by the loop
+    below; its reports and results come from `trials.trial_report`, its checkpoints and export from
+    `trials.trial_state`."""
 
     def __init__(self, spec: TrialSpec) -> None:
         self.spec = spec
@@ -417,198 +413,3 @@ class Trial:
         accuracy = (correct / sum(sizes)).cpu().tolist()
         release_cached_memory(self.device)
         self._record_evaluation(per_batch, sizes, accuracy)
-
-    # ---- reporting -----------------------------------------------------------------------------
-
-    def member_state(self, m: int) -> str:
-        if self.monitor.members[m].diverged:
-            return "diverged"
-        if self.step < self.steps:
-            return "running"
-        return "stalled" if self.stall(m) is not None else "ok"
-
-    def stall(self, m: int) -> str | None:
-        """Why member `m`, finished and evaluated at the last step, is stalled (None: it is not)."""
-        loss = self.eval_loss[m]
-        if self.unigram_loss is None or self.step < self.steps or self.eval_step[m] != self.steps or loss is None:
-            return None
-        assert self.unigram is not None
-        return stall_reason(loss, self.unigram_loss, self.spec.divergence.stall_margin, entropy=self.unigram.nats,
-                            kind=self.unigram.kind)
-
-    def step_report(self, *, done: bool, checkpoint: Path | None = None) -> StepReport:
-        members = []
-        for m, (lr, pid) in enumerate(zip(self.spec.lrs, self.spec.point_ids)):
-            watch = self.monitor.members[m]
-            train_loss = self._interval_sum[m] / self._interval_n[m] if self._interval_n[m] else self.last_loss[m]
-            evaluated = self.eval_step[m] == self.step
-            state = self.member_state(m)
-            members.append(MemberReport(
-                lr=lr,
-                point_id=pid,
-                train_loss=_finite_or_none(train_loss),
-                eval_loss=_finite_or_none(self.eval_loss[m]) if evaluated else None,
-                eval_loss_se=_finite_or_none(self.eval_loss_se[m]) if evaluated else None,
-                state=state,  # type: ignore[arg-type]
-                diverged_step=watch.diverged_step,
-                reason=self.stall(m) if state == "stalled" else watch.reason,
-            ))
-            self._interval_sum[m], self._interval_n[m] = 0.0, 0
-        return StepReport(
-            step=self.step,
-            tokens=self.step * self.tokens_per_step,
-            train_seconds=self.train_seconds,
-            members=members,
-            done=done,
-            checkpoint=str(checkpoint) if checkpoint is not None else None,
-        )
-
-    def results(self) -> list[PointResult]:
-        out = []
-        for m, (lr, pid) in enumerate(zip(self.spec.lrs, self.spec.point_ids)):
-            watch = self.monitor.members[m]
-            loss = _finite_or_none(self.eval_loss[m])
-            if watch.diverged:
-                outcome, steps, reason = "diverged", watch.diverged_step or 0, watch.reason
-            elif self.step >= self.steps and loss is not None:
-                reason = self.stall(m)
-                outcome, steps = ("stalled" if reason is not None else "ok"), self.steps
-            else:
-                outcome, steps = "failed", self.step
-                reason = f"stopped at step {self.step} of {self.steps}" if self.stopped else "no final evaluation"
-            finished = outcome in ("ok", "stalled")  # trained to the end: the final loss and accuracy are kept
-            accuracy = self.accuracy[m] if finished else None
-            objective = None
-            if outcome == "ok":  # a stalled run is never an optimum
-                objective = loss if self.spec.train.objective == "loss" else (None if accuracy is None else 1.0 - accuracy)
-            out.append(PointResult(
-                point_id=pid, lr=lr, outcome=outcome,  # type: ignore[arg-type]
-                loss=loss if finished else None, objective=objective, accuracy=accuracy,
-                init_loss=_finite_or_none(watch.init_loss), diverged_step=watch.diverged_step, reason=reason,
-                steps=steps, tokens=steps * self.tokens_per_step, train_seconds=self.train_seconds,
-                corpus=self.source.fingerprint, params=self.params, params_nonembed=self.params_nonembed,
-                flops_per_token=self.flops_per_token,
-                loss_se=_finite_or_none(self.eval_loss_se[m]) if finished else None,
-                unigram_entropy=self.unigram.nats if self.unigram is not None else None,
-                unigram_counted=self.unigram.counted if self.unigram is not None else None,
-                unigram_exact=self.unigram.exact if self.unigram is not None else None,
-                unigram_loss=self.unigram_loss,
-                loss_batches=self.eval_batch_losses[m] if finished else None,
-                loop_losses=self.loop_losses[m] if finished else None,
-                lambada_ppl=_finite_or_none(self.lambada[m]) if finished else None,
-            ))
-        return out
-
-    # ---- export, checkpoint, resume ------------------------------------------------------------
-
-    def member_weights(self, m: int) -> dict[str, torch.Tensor]:
-        if m in self.slots:
-            return self.model.member_state_dict(self.slots.index(m))
-        return self.frozen[m]
-
-    def export(self, root: Path, *, best_only: bool = False) -> None:
-        """Each member's final weights: `root/<i>/model.safetensors` + `config.json`. With `best_only`, only
-        the member with the lowest objective among those that finished ok (the only one that can be its
-        cell's best: a sweep keeps each cell's best weights, and a 1.3B member is 5 GB)."""
-        from safetensors.torch import save_file
-
-        from trials.data.cache import write_atomic
-
-        results = self.results()
-        chosen = range(len(results))
-        if best_only:
-            ok = [m for m, r in enumerate(results) if r.outcome == "ok" and r.objective is not None]
-            chosen = [min(ok, key=lambda m: results[m].objective)] if ok else []  # type: ignore[arg-type, return-value]
-        for m in chosen:
-            result = results[m]
-            folder = root / str(m)
-            folder.mkdir(parents=True, exist_ok=True)
-            tmp = folder / f".model.safetensors.{os.getpid()}.tmp"
-            save_file({n: t.detach().cpu().contiguous() for n, t in self.member_weights(m).items()}, str(tmp))
-            tmp.replace(folder / "model.safetensors")
-            config = {
-                "format": "layerrope-sweeper",
-                "model": self.spec.model.to_dict(),
-                "lr": result.lr,
-                "point_id": result.point_id,
-                "outcome": result.outcome,
-                "loss": result.loss,
-                "steps": result.steps,
-                "seed": self.spec.seed,
-                "corpus": result.corpus,
-            }
-            write_atomic(folder / "config.json", json.dumps(config, indent=2).encode())
-
-    def save(self, root: Path) -> Path:
-        extra = {"rng/torch": torch.get_rng_state()}
-        if self.device.type == "cuda":
-            extra["rng/cuda"] = torch.cuda.get_rng_state(self.device)
-        for m, weights in self.frozen.items():
-            extra.update({f"frozen/{m}/{n}": t for n, t in weights.items()})
-        np_state: tuple[Any, ...] = np.random.get_state(legacy=True)  # type: ignore[assignment]
-        state = {
-            "resume_key": self.spec.resume_key(),
-            "step": self.step,
-            "steps": self.steps,
-            "slots": self.slots,
-            "optimizer_step": self.opt.step_count,
-            "data": self.stream.state(),
-            "divergence": self.monitor.state_dict(),
-            "train_seconds": self.train_seconds,
-            "eval_loss": self.eval_loss,
-            "eval_loss_se": self.eval_loss_se,
-            "eval_batch_losses": self.eval_batch_losses,
-            "eval_step": self.eval_step,
-            "accuracy": self.accuracy,
-            "loop_losses": self.loop_losses,
-            "lambada": self.lambada,
-            "last_loss": self.last_loss,
-            "interval": [self._interval_sum, self._interval_n],
-            "frozen": sorted(self.frozen),
-            "rng_python": [random.getstate()[0], list(random.getstate()[1]), random.getstate()[2]],
-            "rng_numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]],
-            "corpus": self.source.fingerprint,
-        }
-        tensors = {"model": self.model.state_dict(), "optimizer": self.opt.state_tensors(), "extra": extra}
-        self._saved_step = self.step
-        return save_checkpoint(root, self.step, tensors, state)
-
-    def restore(self, path: Path) -> None:
-        tensors, state = load_checkpoint(path)
-        if state["resume_key"] != self.spec.resume_key():
-            raise TrialInputError(f"{path}: this checkpoint belongs to another trial (different spec); use another checkpoint_dir")
-        if state["corpus"] != self.source.fingerprint:
-            raise TrialInputError(f"{path}: written on corpus {state['corpus']}, but the data is now {self.source.fingerprint}")
-        self.slots = list(state["slots"])
-        if len(self.slots) != self.spec.stack:
-            self.model = build_model(self.model_cfg, stack=len(self.slots), seed=self.spec.seed, device=self.device)
-            if self.execution.compile:
-                compile_regions(self.model)
-            self.opt.compact(list(range(len(self.slots))), self.model.param_specs())
-        self.model.load_state_dict({k: v.to(self.device) for k, v in tensors["model"].items()})
-        self.opt.load_state_tensors({k: v.to(self.device) for k, v in tensors["optimizer"].items()}, state["optimizer_step"])
-        self.stream.load_state(state["data"])
-        self.monitor.load_state_dict(state["divergence"])
-        if hasattr(self.opt, "active"):  # flat optimizer: diverged members still in the stack stay masked
-            self.opt.active.copy_(torch.tensor([not self.monitor.members[m].diverged for m in self.slots], device=self.device))
-        self._reset_device_step()
-        self.step, self.train_seconds = int(state["step"]), float(state["train_seconds"])
-        self._saved_step = self.step
-        self.eval_loss, self.eval_step, self.accuracy = state["eval_loss"], state["eval_step"], state["accuracy"]
-        self.eval_loss_se = state.get("eval_loss_se") or [None] * len(self.eval_loss)  # absent in older checkpoints
-        self.eval_batch_losses = state.get("eval_batch_losses") or [None] * len(self.eval_loss)
-        self.loop_losses = state.get("loop_losses") or [None] * len(self.eval_loss)
-        self.lambada = state.get("lambada") or [None] * len(self.eval_loss)
-        self.last_loss = state["last_loss"]
-        self._interval_sum, self._interval_n = state["interval"]
-        extra = tensors["extra"]
-        self.frozen = {
-            m: {key.split("/", 2)[2]: t for key, t in extra.items() if key.startswith(f"frozen/{m}/")} for m in state["frozen"]
-        }
-        torch.set_rng_state(extra["rng/torch"])
-        if "rng/cuda" in extra and self.device.type == "cuda":
-            torch.cuda.set_rng_state(extra["rng/cuda"], self.device)
-        version, internal, gauss = state["rng_python"]
-        random.setstate((version, tuple(internal), gauss))
-        kind, keys, pos, has_gauss, cached = state["rng_numpy"]
-        np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))

@@ -13,7 +13,8 @@ sweep's YAML are escaped (`style.text`) wherever Plotly would render HTML.
 
 Figures (`FIGURES`, in the dashboard's order): the method × size status grid, loss against
 LR, best loss against scale with the fitted power law, optimal LR against scale with its
-fit and extrapolated targets, learning curves, and sweep progress.
+fit and extrapolated targets, the paired leads of each method over the first with t-intervals,
+learning curves, and sweep progress.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from dashboards.figures.curves import (
 from dashboards.figures.loss_lr import loss_vs_lr
 from dashboards.figures.progress import progress
 from dashboards.figures.scaling import optimal_lr, scaling
+from dashboards.figures.seeds import leads
 from dashboards.figures.status import status_grid
 
 FIGURES: dict[str, tuple[str, Callable[[SweepData], FigureDict]]] = {
@@ -52,6 +54,7 @@ FIGURES: dict[str, tuple[str, Callable[[SweepData], FigureDict]]] = {
     "loss_vs_lr": ("Final loss against learning rate", loss_vs_lr),
     "scaling": ("Best loss against size", scaling),
     "optimal_lr": ("Optimal learning rate against size", optimal_lr),
+    "leads": ("Lead over the first method, paired by seed", leads),
     "learning_curves": ("Learning curves", learning_curves),
     "progress": ("Sweep progress", progress),
 }
@@ -71,6 +74,6 @@ def to_figure(spec: FigureDict) -> Any:
 
 __all__ = [
     "CURVE_VERTEX_BUDGET", "FIGURES", "MAX_CURVES", "best_point_ids", "shown_points", "STATIC_WIDTH", "FigureDict", "all_figures", "curve_budget", "curve_group_traces",
-    "group_status", "late_values", "learning_curves", "learning_curves_layout", "log_ticks", "loss_vs_lr",
+    "group_status", "late_values", "leads", "learning_curves", "learning_curves_layout", "log_ticks", "loss_vs_lr",
     "optimal_lr", "prepare_curves", "progress", "scaling", "status_grid", "to_figure", "uid",
 ]  # fmt: skip

@@ -10,6 +10,7 @@ import polars as pl
 
 from dashboards import style
 from dashboards.data import SweepData
+from dashboards.figures.seeds import seed_curve_traces
 from dashboards.figures.common import (
     STATUS_DASH,
     FigureDict,
@@ -42,7 +43,7 @@ def on_curve(frame: pl.DataFrame | None, lr: float | None, fallback: float | Non
 def loss_vs_lr(data: SweepData, *, facet: str = "method") -> FigureDict:
     """Final objective against LR: one panel per method (lines per size, light to dark with
     size) or per size (lines per method); mean over seeds with the seeds' range as error
-    bars; diverged points as × on the top edge, stalled ones (trained to the end at the loss of
+    bars, and with two or more seeds each seed's own curve (thin, `dashboards.figures.seeds`); diverged points as × on the top edge, stalled ones (trained to the end at the loss of
     predicting by token frequencies) as □ there, points above the axis as ▵ there (true value
     on hover), running points as ○ on the bottom edge; per cell the best grid point (○) and
     the interpolated optimum (★); line style gives the cell status (solid bracketed, dashed
@@ -142,6 +143,7 @@ def loss_vs_lr(data: SweepData, *, facet: str = "method") -> FigureDict:
                 "<br>seeds %{customdata[0]}: %{customdata[1]:.4f} – %{customdata[2]:.4f}<extra></extra>",
             }
             shown_methods.add(method)
+            traces += seed_curve_traces(data, method, size, colour, xref, yref, facet)  # thin: one per seed
             if max(n) > 1:
                 mean = frame["mean"].to_numpy()
                 trace["error_y"] = {

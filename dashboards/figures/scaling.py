@@ -23,6 +23,7 @@ from dashboards.figures.common import (
     scale_axis_ticks,
     uid,
 )
+from dashboards.figures.seeds import partial_traces, seed_traces
 from sweeper.core.states import CellStatus
 
 
@@ -213,7 +214,9 @@ def scaling(data: SweepData) -> FigureDict:
     """Best loss against depth (or parameters, or compute) per method: the fitted power law
     `E + A·x^(-α)` with its 95% band from fits.json, the fitted points and the held-out
     point; before `sweeper fit` has run, the cells' best grid losses (filled: bracketed,
-    open: optimum at the grid's edge). A size at which a method found no usable learning rate
+    open: optimum at the grid's edge). Always each seed's best loss (small markers), the mean with its
+    95% Student-t interval (df = seeds − 1; no bar with one seed), stalled cells at their lowest loss (□)
+    and partial sizes (◇, `dashboards.figures.seeds`). A size at which a method found no usable learning rate
     (every point diverged or stalled) is marked ✕ along the top, in the method's colour."""
     kind, x_title = _scaling_kind(data)
     layout = style.base_layout(f"Best loss against {x_title.split(' (')[0].lower()}", height=460, uirevision="scaling")
@@ -226,6 +229,8 @@ def scaling(data: SweepData) -> FigureDict:
     y_fmt = ".4f"
     for method in present_methods(data):
         colour = data.colours[method]
+        # each seed's best loss, the mean ± its t-interval, stalled cells at their loss, partial sizes
+        traces += seed_traces(data, method, kind, colour) + partial_traces(data, method, colour)
         fit = _loss_fit(data, method)
         rows = fit.curve_rows() if fit is not None else []
         if fit is not None and rows:

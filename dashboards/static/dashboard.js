@@ -6,7 +6,7 @@
 "use strict";
 
 (() => {
-  const FIGURES = ["status", "loss_vs_lr", "scaling", "optimal_lr", "learning_curves", "progress"];
+  const FIGURES = ["status", "loss_vs_lr", "scaling", "optimal_lr", "leads", "learning_curves", "progress"];
   const POLL_MS = 1000;
   const PLOT_CONFIG = {
     responsive: true,

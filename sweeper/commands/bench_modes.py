@@ -7,7 +7,7 @@
     sweeper bench simcheck DIR [--timings]        a simulated sweep against its planted truth (and its readers' times)
     sweeper bench prior --yaml SWEEP [...]        points per cell of `prior: extrapolate` on planted methods
     sweeper bench coverage [...]                  how often the fits' 95% intervals hold the truth
-    sweeper bench corpus                          the built-in corpus: size, build and reopen times
+    sweeper bench corpus                          the built-in corpus: size, build and reopen times, near-twins
 
 (and the hidden `sweeper bench worker PLAN RESULTS`, the GPU suite's worker process). Each harness lives in
 `sweeper.bench` or `sweeper.sim`; a mode imports it when it runs, not at the top (start-up time: the CLI
@@ -106,7 +106,7 @@ def register_modes(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--shared-e", action="store_true", help="measure the shared-E fit (3 methods) instead")
     p.set_defaults(func=run_coverage)
 
-    p = modes.add_parser("corpus", help="the built-in corpus: its size, the first build, a reopen",
+    p = modes.add_parser("corpus", help="the built-in corpus: its size, the first build, a reopen, near-twins",
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     p.doc_module = "sweeper.bench.corpus"
     p.set_defaults(func=run_corpus)

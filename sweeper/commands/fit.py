@@ -129,6 +129,12 @@ def register(subparsers: Any) -> None:
                              "6nd = 6·N·D")
     parser.add_argument("--include-edge", action="store_true",
                         help="also fit cells whose best LR is at the edge of their grid (excluded by default)")
+    parser.add_argument("--allow-partial", action="store_true",
+                        help="also fit sizes whose seeds did not all give a usable optimum (partial sizes, left out by "
+                             "default), on their surviving seeds' mean")
+    parser.add_argument("--unweighted", action="store_true",
+                        help="every size counts alike in the loss fits (default: weighted by 1/SE² of its mean, "
+                             "from the seeds' spread where a size has two or more)")
     parser.add_argument("--lr-source", choices=["interp", "grid"], default="interp",
                         help="optimal LR per cell: the interpolated optimum (default) or the grid best")
     parser.add_argument("--shared-e", action="store_true",
@@ -158,7 +164,8 @@ def run(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     root = Path(args.dir)
-    results = collect(root, include_edge=args.include_edge, lr_source=args.lr_source)
+    results = collect(root, include_edge=args.include_edge, lr_source=args.lr_source,
+                      allow_partial=args.allow_partial)
     args.n_def = args.n_def or imported_n_def(root)
     axis = args.x or results.default_x
     targets, notes = resolve_targets(args.to, axis, args.n_def, results)
@@ -167,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
     opts = FitOptions(
         x=axis, n_def=args.n_def, c_def=args.c_def, targets=tuple(targets), resamples=args.resamples,
         seed=args.seed, scheme=args.bootstrap, include_edge=args.include_edge, lr_source=args.lr_source,
-        shared_e=args.shared_e,
+        shared_e=args.shared_e, allow_partial=args.allow_partial, weighted=not args.unweighted,
     )
     if axis == "depth" and not any(s.scale.depth for s in results.sizes):
         raise UserError(f"{root}: no depth recorded for the sweep's sizes; use --x params or --x compute")
@@ -342,6 +349,16 @@ def _exponent_cell(ce: ComputeExponent | None) -> Any:
     return Text(_iv(ce, ".3g") + " (not trustworthy)", style="dim")
 
 
+def _rank_exponent(doc: FitsDocument, row: Any) -> ComputeExponent | None:
+    """The ranking's α_C of a method: the shared-E one the row holds (the default), else the method's own."""
+    from sweeper.analysis.fits.document import ComputeExponent  # (see `run`)
+
+    if row.compute_exponent_e_model == "shared" and row.compute_exponent is not None:
+        return ComputeExponent(value=row.compute_exponent, lo=row.compute_exponent_lo, hi=row.compute_exponent_hi,
+                               trustworthy=row.compute_exponent_trustworthy, e_model="shared")
+    return doc.methods[row.method].compute_exponent
+
+
 def _trust(section: CurveSection | None) -> Any:
     # start-up time: imported when used, not on every CLI start
     from rich.text import Text
@@ -367,9 +384,10 @@ def _points_table(doc: FitsDocument, x_name: str) -> Any:
             per_seed = []
             for value, se in zip(row.loss_seeds, row.loss_se_seeds or [None] * len(row.loss_seeds)):
                 per_seed.append(f"{value:.4f}" + (f" ± {se:.4f}" if se is not None else ""))
-            table.add_row(method, row.size, format_size(row.x) if row.x else "—", f"{row.loss:.4f}",
+            size = row.size + (" (partial)" if row.partial else "")
+            table.add_row(method, size, format_size(row.x) if row.x else "—", f"{row.loss:.4f}",
                           str(len(row.seeds)), _g(row.loss_sd, ".4f"), _g(row.loss_se, ".4f"),
-                          _g(row.loss_eval_se, ".4f"), ", ".join(per_seed))
+                          _g(row.loss_eval_se, ".4f"), ", ".join(per_seed) + _missing_text(row.missing_seeds))
     failed = doc.inputs.failed
     if failed:
         by: dict[tuple[str, str], list[str]] = {}
@@ -378,7 +396,31 @@ def _points_table(doc: FitsDocument, x_name: str) -> Any:
         table.caption = "no usable learning rate (every point diverged or stalled): " + "; ".join(
             f"{m} {size} ({', '.join(v)})" for (m, size), v in sorted(by.items()))
         table.caption_justify = "left"
+    _add_unfitted_partial_rows(table, doc)
     return table
+
+
+def _missing_text(missing: Any) -> str:
+    """'; s1 stalled' for each seed of a partial size with no usable optimum."""
+    return "".join(f"; s{int(m.seed)} {m.status}" for m in missing)
+
+
+def _add_unfitted_partial_rows(table: Any, doc: FitsDocument) -> None:
+    """Partial sizes left out of the fits (no --allow-partial): dim rows, marked, with their surviving seeds."""
+    from sweeper.analysis.fits.units import format_size  # (see `run`)
+
+    for p in doc.inputs.partial:
+        if p.fitted:
+            continue
+        per_seed = ", ".join(f"{v:.4f}" for v in p.loss_seeds if v is not None)
+        table.add_row(p.method, f"{p.size} (partial, not fitted)", format_size(p.x) if p.x else "—",
+                      _g(p.loss, ".4f"), str(len(p.seeds)), "", "", "", per_seed + _missing_text(p.missing_seeds),
+                      style="dim")
+    if any(not p.fitted for p in doc.inputs.partial):
+        note = ("partial: some seed of the size gave no usable optimum; the surviving seeds' mean is not the size's, "
+                "so it is left out of the fits (--allow-partial fits it)")
+        table.caption = note if not table.caption else f"{table.caption}\n{note}"
+        table.caption_justify = "left"
 
 
 def render(doc: FitsDocument, written: Path | None, lr_label: tuple[str, str | None] | None = None) -> None:
@@ -460,10 +502,14 @@ def render(doc: FitsDocument, written: Path | None, lr_label: tuple[str, str | N
     if doc.ranking:
         rank = Table(title="Methods ranked by loss at the largest common size", title_justify="left",
                      header_style="bold")
-        for col in ("#", "method", "loss", "at", "compute exponent α_C", "lowest at every size"):
+        shared = any(r.compute_exponent_e_model == "shared" for r in doc.ranking)
+        for col in ("#", "method", "loss", "at", "compute exponent α_C" + (" (shared E)" if shared else ""),
+                    "lowest at every size"):
             rank.add_column(col, justify="left" if col == "method" else "right")
+        if shared and doc.ranking_note:
+            rank.caption, rank.caption_justify = doc.ranking_note, "left"
         for r in doc.ranking:
-            ce = doc.methods[r.method].compute_exponent
+            ce = _rank_exponent(doc, r)
             rank.add_row(str(r.rank), r.method, f"{r.loss_at_largest:.4f}",
                          format_size(r.x_at_largest) + ("" if r.comparable else " (own largest)"
                                                         if r.recipe is None or _same_recipe(doc) else

@@ -14,9 +14,11 @@ from typing import Any
 
 from sweeper.commands.cliargs import add_format
 
-COLUMNS = ("method", "size", "seed", "status", "best_lr", "best_loss", "best_loss_se", "within_noise", "neighbour_lr",
-           "neighbour_gap", "neighbour_gap_se", "interp_lr", "interp_objective", "n_points", "n_diverged", "n_stalled",
-           "n_failed", "n_running", "best_lambada_ppl", "best_loop_losses", "params", "depth", "cell_id")
+COLUMNS = ("method", "size", "seed", "status", "best_lr", "best_loss", "best_loss_se", "within_noise", "noise",
+           "neighbour_lr", "neighbour_gap", "neighbour_gap_se", "seed_sd_gap", "n_seeds_gap", "seed_sd_best_loss",
+           "seed_sd_at_best_lr", "seed_sd_at_neighbour_lr", "stalled_loss", "interp_lr", "interp_objective", "n_points",
+           "n_diverged", "n_stalled", "n_failed", "n_running", "best_lambada_ppl", "best_loop_losses", "params", "depth",
+           "cell_id")
 
 
 def register(subparsers: Any) -> None:
@@ -24,8 +26,11 @@ def register(subparsers: Any) -> None:
         "optima",
         help="print each cell's optimal learning rate (grid best and interpolated)",
         description=(
-            "Per (method, size, seed): status, grid-best LR and loss ± its standard error over the eval batches, "
-            "a flag when the best point and a neighbour differ by less than 2 SEs (bracket within noise), the "
+            "Per (method, size, seed): status, grid-best LR and loss ± its evaluation SE (over the eval batches), "
+            "with two or more seeds the seeds' sd of the best loss, and a flag when the best point and a neighbour "
+            "differ by less than 2× the noise of their difference (bracket within noise): the seeds' sd of that "
+            "difference where two or more seeds trained both LRs (noise: seeds), else its paired evaluation SE "
+            "(noise: eval); the "
             "interpolated optimum (parabola in log LR through the best point and its neighbours), points, diverged "
             "and stalled points (stalled: trained to the end at the loss of predicting by token frequencies; "
             "never an optimum), and the average number of points per bracketed cell."
@@ -75,15 +80,18 @@ def run(args: argparse.Namespace) -> int:
     counts = loop_counts(rows)  # a looped model evaluated at several loop counts: one more column
     lambada = any(r.get("best_lambada_ppl") is not None for r in rows)
     extra_columns = ([f"loss at T={'/'.join(map(str, counts))}"] if counts else []) + (["LAMBADA ppl"] if lambada else [])
-    for name in ("method", "size", "seed", "status", "best lr", "best loss ± SE", *extra_columns, "vs neighbour",
-                 "interp lr", "interp objective", "pts", "div", "stall"):
+    seeds = any(r.get("seed_sd_best_loss") is not None for r in rows)
+    seed_column = ["seeds' sd"] if seeds else []
+    for name in ("method", "size", "seed", "status", "best lr", "best loss ± eval SE", *seed_column, *extra_columns,
+                 "vs neighbour", "interp lr", "interp objective", "pts", "div", "stall"):
         table.add_column(name, justify="left" if name in ("method", "size", "status", "vs neighbour") else "right",
                          no_wrap=True)
     for r in rows:
         extra = ([loops_text(r, counts)] if counts else []) + ([fmt(r.get("best_lambada_ppl"), ".4g")] if lambada else [])
         table.add_row(
             r["method"], r["size"], str(r["seed"]), Text(status_text(r), style=STATUS_STYLE.get(r["status"], "")),
-            fmt(r["best_lr"], ".3g"), best_loss_text(r), *extra, neighbour_text(r), fmt(r["interp_lr"], ".3g"),
+            fmt(r["best_lr"], ".3g"), best_loss_text(r), *([fmt(r.get("seed_sd_best_loss"), ".4f")] if seeds else []),
+            *extra, neighbour_text(r), fmt(r["interp_lr"], ".3g"),
             fmt(r["interp_objective"], ".4f"), str(r["n_points"]), str(r["n_diverged"]),
             Text(str(r["n_stalled"]), style="magenta") if r["n_stalled"] else "0",
         )
@@ -95,8 +103,7 @@ def run(args: argparse.Namespace) -> int:
                       f"cells ({per})", highlight=False)
     else:
         console.print("no bracketed cells yet")
-    if any(r["within_noise"] for r in rows):
-        console.print(noise_note(), highlight=False, style="dim")
+    print_noise_notes(console, rows, seeds)
     if any(r["status"] in ("diverged", "stalled") for r in rows):
         console.print("all diverged / all stalled: the cell found no usable learning rate (the method fails at this "
                       "size)", highlight=False, style="dim")
@@ -191,9 +198,31 @@ def status_text(row: dict[str, Any]) -> str:
     return status
 
 
+def print_noise_notes(console: Any, rows: list[dict[str, Any]], seeds: bool) -> None:
+    """What each noise column is (the evaluation SE, the seeds' sd, which one `vs neighbour` used)."""
+    from sweeper.records.results import noise_note  # (see `run`)
+
+    console.print("eval SE: the best point's standard error over the held-out batches (common to every point: all are "
+                  "evaluated on the same batches); it says nothing of how another seed would have trained",
+                  highlight=False, style="dim")
+    if seeds:
+        console.print("seeds' sd: across the seeds of the (method, size), the standard deviation of the cells' best "
+                      "losses (the training noise; with 2 seeds, 1 degree of freedom)", highlight=False, style="dim")
+    console.print("vs neighbour: the nearest ok neighbour's loss minus the best, in units of the noise of that "
+                  "difference: 'seed sd' = the seeds' sd of the same difference (2+ seeds trained both LRs), "
+                  "'eval SE' = its paired evaluation SE", highlight=False, style="dim")
+    if any(r["within_noise"] for r in rows):
+        console.print(noise_note(), highlight=False, style="dim")
+    if any(r.get("stalled_loss") is not None for r in rows):
+        console.print("(stalled): a cell with no ok point shows its stalled points' lowest loss, never an optimum",
+                      highlight=False, style="dim")
+
+
 def best_loss_text(row: dict[str, Any]) -> str:
     from sweeper.records.table import fmt  # beside the table's other imports (start-up time)
 
+    if row["best_loss"] is None and row.get("stalled_loss") is not None:
+        return f"{row['stalled_loss']:.4f} (stalled)"
     text = fmt(row["best_loss"], ".4f")
     if row["best_loss"] is not None and row.get("best_loss_se") is not None:
         text += f" ± {row['best_loss_se']:.4f}"
@@ -206,9 +235,12 @@ def neighbour_text(row: dict[str, Any]) -> Any:
 
     if row.get("neighbour_gap") is None:
         return gaps_text(row)
-    se = row["neighbour_gap_se"]
+    seeds = row.get("noise") == "seeds"
+    se = row["seed_sd_gap"] if seeds else row["neighbour_gap_se"]
+    unit = "seed sd" if seeds else "eval SE"
     ratio = row["neighbour_gap"] / se if se else math.inf
-    text = f"{row['neighbour_gap']:+.4f} ({ratio:.1f} SE)" if ratio < 100 else f"{row['neighbour_gap']:+.4f} (>99 SE)"
+    text = (f"{row['neighbour_gap']:+.4f} ({ratio:.1f} {unit})" if ratio < 100 else
+            f"{row['neighbour_gap']:+.4f} (>99 {unit})")
     return Text(f"{text} within noise", style="bold yellow") if row["within_noise"] else text
 
 

@@ -22,6 +22,7 @@ COMMANDS = [
     "doctor",
     "status",
     "optima",
+    "compare",
     "export",
     "replay",
     "import",

@@ -20,6 +20,10 @@ class GridPoint:
     lr: float
     state: PointState
     objective: float | None = None  # final objective of an `ok` point
+    # final evaluation loss of an `ok` or `stalled` point: a stalled point has no objective (never an optimum),
+    # but where its loss falls with LR says which way the cell learns (`sweeper.search.bracketing`); not
+    # compared, so two points equal as before
+    loss: float | None = field(default=None, compare=False)
 
     @property
     def is_ok(self) -> bool:

@@ -215,7 +215,7 @@ class PointRow:
 
     # -- projections ----------------------------------------------------------------------------
     def grid_point(self) -> GridPoint:
-        return GridPoint(self.lr, self.state, self.objective)
+        return GridPoint(self.lr, self.state, self.objective, self.loss)
 
     def batch_losses(self) -> list[float] | None:
         """The final evaluation's per-batch mean losses (None when not recorded)."""

@@ -48,6 +48,7 @@ from sweeper.search.recorded import RecordedGroup, RecordedTable
 from sweeper.search.replay import grid_ratio, read_frame, table_from_frame
 
 SEED = 0
+METHOD_JOIN = "+"  # between a method's `col=value` parts: not ",", which `compare --methods A,B` splits on
 _SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmbgt]?)\s*$", re.IGNORECASE)
 
@@ -105,15 +106,16 @@ def _text(value: Any) -> str:
 
 def cell_names(table: RecordedTable, size_column: str | None) -> list[CellId]:
     """One cell id per group: the size column's value is the size label, the other group columns
-    (`col=value`, joined by commas) the method ('recorded' when there are none)."""
+    (`col=value`, joined by `METHOD_JOIN`) the method ('recorded' when there are none)."""
     ids = []
     for group in table.groups:
         size = _text(group.key[size_column]) if size_column else "all"
         rest = [c for c in table.group_columns if c != size_column]
-        method = ",".join(f"{c}={_text(group.key[c])}" for c in rest) or "recorded"
+        method = METHOD_JOIN.join(f"{c}={_text(group.key[c])}" for c in rest) or "recorded"
         ids.append(CellId(method, size, SEED))
     if len(set(ids)) != len(ids):  # two values that print alike at 6 digits: use them as written
-        ids = [CellId(",".join(f"{c}={group.key[c]}" for c in table.group_columns if c != size_column) or "recorded",
+        ids = [CellId(METHOD_JOIN.join(f"{c}={group.key[c]}" for c in table.group_columns if c != size_column)
+                      or "recorded",
                       str(group.key[size_column]).replace("/", "_") if size_column else "all", SEED)
                for group in table.groups]
     return ids

@@ -20,6 +20,7 @@ import polars as pl
 from sweeper.records.edges import neighbour_fields
 from sweeper.records.fold import current_points
 from sweeper.records.noise import NOISE_SES, closest_neighbour
+from sweeper.records.seed_noise import add_seed_noise
 from sweeper.core.rows import CellFacts, PointRow, cell_order
 from sweeper.core.states import PointState
 from sweeper.records.manifest import read_manifest
@@ -34,6 +35,7 @@ def optima(sweep_dir: str | Path) -> list[dict[str, Any]]:
     points = current_points(PointRow.from_columns(row) for row in load_points(sweep_dir).iter_rows(named=True))
     cells = {row["cell_id"]: row for row in load_cells(sweep_dir).to_dicts()}
     rows = []
+    losses: dict[str, dict[float, float]] = {}  # per cell, each ok point's final loss by LR (the seeds' noise)
     for cid in sorted(set(points) | set(cells)):
         pts = list(points.get(cid, {}).values())
         stored = cells.get(cid)  # the driver's latest row of the cell; before its first one, the manifest's entry
@@ -41,6 +43,8 @@ def optima(sweep_dir: str | Path) -> list[dict[str, Any]]:
         facts = (CellFacts.from_attrs(cid, stored) if stored is not None else
                  entry.facts(cid) if entry is not None else CellFacts.from_attrs(cid, {}))
         grid = [p.grid_point() for p in pts]
+        losses[cid] = {p.lr: p.loss for p in pts if p.state is PointState.OK and p.loss is not None}
+        stalled = [p.loss for p in pts if p.state is PointState.STALLED and p.loss is not None]
         ok = [g for g in grid if g.is_ok]
         best = min(ok, key=lambda g: (g.objective, g.lr)) if ok else None
         best_row = next((p for p in pts if best is not None and p.lr == best.lr), None)
@@ -56,7 +60,7 @@ def optima(sweep_dir: str | Path) -> list[dict[str, Any]]:
             "status": (stored or {}).get("status") or ("running" if pts else "pending"),
             "best_lr": best.lr if best else None,
             "best_loss": best_row.loss if best_row else None,
-            "best_loss_se": best_row.loss_se if best_row else None,
+            "best_loss_se": best_row.loss_se if best_row else None,  # the evaluation SE of the best point
             # the best point against its nearest ok neighbour (in SEs of their difference)
             "neighbour_lr": gap.neighbour_lr if gap else None,
             "neighbour_gap": gap.difference if gap else None,
@@ -75,10 +79,14 @@ def optima(sweep_dir: str | Path) -> list[dict[str, Any]]:
             # the best point's other final numbers: LAMBADA (eval.tasks), and a looped model's loss per loop count
             "best_lambada_ppl": best_row.lambada_ppl if best_row else None,
             "best_loop_losses": best_row.loop_losses if best_row else None,  # a JSON map {"count": loss}
+            # a cell with no ok point keeps its stalled points' lowest loss (never an optimum: marked stalled)
+            "stalled_loss": min(stalled) if stalled and best_row is None else None,
         }
         row.update(neighbour_fields([p for p in pts if p.state.is_finished], best_row))  # edge side, gaps
         rows.append((cell_order({**row, "loops": facts.loops}), row))
-    return [row for _, row in sorted(rows, key=lambda item: item[0])]
+    out = [row for _, row in sorted(rows, key=lambda item: item[0])]
+    add_seed_noise(out, losses)
+    return out
 
 
 def lambada_by_size(sweep_dir: str | Path) -> list[dict[str, Any]]:
@@ -100,8 +108,10 @@ def lambada_by_size(sweep_dir: str | Path) -> list[dict[str, Any]]:
 
 
 def noise_note() -> str:
-    return (f"within noise: the best point and a neighbour differ by less than {NOISE_SES:g} standard errors of "
-            "their difference (paired over the same eval batches): the optimum is uncertain by a grid step")
+    return (f"within noise: the best point and a neighbour differ by less than {NOISE_SES:g} times the noise of "
+            "their difference: the seeds' sd of that difference (noise: seeds, where two or more seeds trained "
+            "both LRs), else its paired evaluation SE (noise: eval, over the same eval batches); the optimum is "
+            "uncertain by a grid step")
 
 
 def cell_rows(sweep_dir: str | Path) -> list[dict[str, Any]]:

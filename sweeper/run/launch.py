@@ -129,6 +129,8 @@ def launch(plan: Plan, *, address: str | None = None, retry_failed: bool = False
         kind = "simulated (sweeper launch --simulate)" if old_manifest.is_simulated else "trained"
         raise UserError(f"{plan.sweep_dir}: holds {kind} results, which can never be mixed with "
                         f"{'trained' if simulation is None else 'simulated'} ones; give another output (--out)")
+    if simulation is None:
+        sweep_dir.train_tokenizer(plan, console)
     corpus, entropy = (simulation.corpus, None) if simulation is not None else sweep_dir.preflight(plan)
     sweep_dir.check_corpus(plan, old_manifest, corpus)
     for key, value in ENV_DEFAULTS.items():

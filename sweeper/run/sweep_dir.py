@@ -60,6 +60,27 @@ def preflight(plan: Plan) -> tuple[str | None, dict[str, Any] | None]:
     return source.fingerprint, entropy
 
 
+def train_tokenizer(plan: Plan, console: Any) -> None:
+    """Train the sweep's tokenizer where `data.tokenizer` names it when `data.tokenizer_train` asks for it and
+    the file is missing (`trials.data.bpe`), before anything opens the data: once, in the driver."""
+    data = plan.cells[0].data if plan.cells else None
+    if data is None or data.tokenizer_train is None or data.tokenizer is None or Path(data.tokenizer).exists():
+        return
+    from trials.data.bpe import ensure_tokenizer  # needs `tokenizers`: only for a sweep that trains one
+
+    recipe = data.tokenizer_train
+    say = console.print if console is not None else print
+    say(f"training the tokenizer: a byte-level BPE of {recipe.vocab:,} ids on the first "
+                  f"{recipe.documents:,} training documents, into {data.tokenizer}")
+    started = time.monotonic()
+    try:
+        tokenizer = ensure_tokenizer(data)
+    except TrialInputError as exc:
+        raise UserError(exc.message) from None
+    if tokenizer is not None:
+        say(f"  trained in {time.monotonic() - started:.0f} s ({tokenizer.fingerprint})")
+
+
 def check_output_dir(plan: Plan) -> Manifest | None:
     """The existing manifest, after checking that this plan may continue it; None for a new sweep."""
     path = plan.sweep_dir

@@ -23,8 +23,10 @@ every active point of the cell has finished: which points are explored (and so t
 found) is then a function of the results alone, never of the order in which trials happen
 to finish — a killed and relaunched driver, a retried trial or a busier cluster reorders
 them, and an eager extension decided on a partial grid explored other learning rates
-(tests/reliability). When every finished point diverged or stalled, go lower; a cell that
-reaches a bound or the cap that way ends `diverged` (all diverged) or `stalled` (some stalled). Once
+(tests/reliability). When every finished point diverged or stalled, go toward learning: higher
+when the stalled losses fall with LR (a slow learner, `_toward_learning`), else lower (too hot:
+diverged, or stalled at losses flat or rising with LR); a cell that reaches a bound or the cap
+that way ends `diverged` (all diverged) or `stalled` (some stalled). Once
 bracketed, optionally refine with the two half-steps around the best point (this stops
 by itself: after one refinement the neighbours are half a step away). A bound or the
 trial cap that prevents the next step ends the cell as `edge`. Every proposed learning
@@ -59,6 +61,10 @@ from sweeper.core.ids import canonical
 from sweeper.core.states import ACTIVE_STATES, CellStatus, PointState
 
 SAME_LR = 1e-4  # relative: two proposed learning rates this close are one (grid steps are >= 0.5%)
+# relative: stalled losses that fall by this fraction of their level from the lowest to the highest stalled LR
+# (0.016 nats at the built-in corpus's 3.25, above twice the evaluation noise of a difference, 0.007) mark a
+# slow learner, which searches higher
+STALL_TREND = 0.005
 
 
 class _Tried:
@@ -189,6 +195,16 @@ def decide(points: Sequence[GridPoint], policy: LRPolicy, *, initial: Sequence[f
         stalled = sum(PointState(p.state) is PointState.STALLED for p in informative)
         what = ("every point diverged" if not stalled else
                 "every point stalled" if stalled == len(informative) else "every point diverged or stalled")
+        if _slow_learner(informative):
+            upward = _toward_learning(informative, policy, tried, min(budget, policy.extend_by))
+            if upward:
+                return CellDecision("running", tuple(upward), reason=f"{what} so far, the stalled losses falling "
+                                    "toward higher learning rates (a slow learner): going higher")
+            why = ("the trial cap" if budget <= 0 else "a diverged point above" if any(
+                p.lr > max(q.lr for q in informative if PointState(q.state) is PointState.STALLED)
+                for p in informative) else f"the upper bound {policy.hi:g}")
+            return CellDecision(CellStatus.STALLED, reason=f"{what}, the stalled losses falling toward higher learning "
+                                f"rates up to {why}: no usable learning rate")
         lowest = min(p.lr for p in points)
         proposals = _walk(lowest, -1, policy, tried, min(budget, policy.extend_by))
         if proposals:
@@ -299,6 +315,45 @@ def _walk(start: float, direction: int, policy: LRPolicy, tried: _Tried, count: 
         if j > 10_000:
             break
     return out
+
+
+def _stalled_by_lr(informative: list[GridPoint]) -> list[GridPoint]:
+    return [p for p in informative if PointState(p.state) is PointState.STALLED
+            and p.loss is not None and math.isfinite(p.loss)]
+
+
+def _slow_learner(informative: list[GridPoint]) -> bool:
+    """A cell with no `ok` point whose stalled losses fall with LR: the grid's rates are too low for it to
+    learn in its budget. Falling: at least two stalled points with a loss, the least-squares slope of their
+    losses on log LR negative, and the loss at the highest stalled LR at least `STALL_TREND` (relative) below
+    the one at the lowest. Otherwise (flat or rising: too hot; or diverged points alone) the cell goes lower."""
+    stalled = _stalled_by_lr(informative)
+    if len(stalled) < 2:
+        return False
+    xs = [math.log(p.lr) for p in stalled]
+    ys = [float(p.loss) for p in stalled]  # type: ignore[arg-type]
+    x_bar, y_bar = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((x - x_bar) * (y - y_bar) for x, y in zip(xs, ys))  # its sign is the slope's
+    return slope < 0 and ys[0] - ys[-1] > STALL_TREND * abs(ys[0])
+
+
+def _toward_learning(informative: list[GridPoint], policy: LRPolicy, tried: _Tried, count: int) -> list[float]:
+    """The higher learning rates a slow learner (`_slow_learner`) tries next: the walk up from the highest
+    stalled point while nothing lies above it; when a diverged point does, only the half step between them
+    (never past it); empty when neither is possible (a bound, the cap, or the half step tried). Uses finished
+    results only, like every decision here."""
+    stalled = _stalled_by_lr(informative)
+    if count <= 0 or not stalled:
+        return []
+    top = stalled[-1]
+    above = [p for p in informative if p.lr > top.lr * (1 + SAME_LR)]
+    if not above:
+        return _walk(top.lr, +1, policy, tried, count)
+    half = canonical(top.lr * policy.half_step)
+    if (math.log(above[0].lr / top.lr) > math.log(policy.half_step) * 1.01 and half not in tried
+            and _inside(half, policy)):
+        return [half]
+    return []
 
 
 def _probe(best: GridPoint, i: int, direction: int, points: Sequence[GridPoint], informative: list[GridPoint],

@@ -149,6 +149,8 @@ def resolve_vocab(cfg: SweepConfig, data: DataConfig) -> int:
             raise UserError(exc.message) from None
     if data.tokenizer is None and data.source in ("builtin", "text", "jsonl", "parquet"):
         return BYTE_VOCAB
+    if data.tokenizer_train is not None and not Path(data.tokenizer).expanduser().exists():  # type: ignore[arg-type]
+        return data.tokenizer_train.vocab  # the launch trains it with exactly this many ids
     try:
         return int(load_tokenizer(data.tokenizer).vocab)
     except Exception as exc:
@@ -226,7 +228,9 @@ def compat_of(model: ModelConfig, train: TrainConfig, data: DataConfig, divergen
     out = {
         "model": json.loads(json.dumps(model.to_dict(), default=str)),
         "train": train_dump,
-        "data": data.model_dump(mode="json"),
+        # the tokenizer's own id is the corpus's; `eval_split: val` (the default) is what every cell did before
+        # the key existed, so it stays out and older sweeps keep their fingerprints
+        "data": data.model_dump(mode="json", exclude={"tokenizer_train"} | ({"eval_split"} if data.eval_split == "val" else set())),
         "divergence": divergence.model_dump(mode="json"),
     }
     if evaluation is not None and evaluation.tasks:

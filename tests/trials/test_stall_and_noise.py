@@ -141,7 +141,7 @@ def test_vit_eval_se_over_unequal_batches() -> None:
 # ---- stalled runs -----------------------------------------------------------------------------------
 # The issue's `sweeper trial --method post --depth 32 --width 32 --lr 8e-3 --lr 3e-2 --steps 300` in
 # miniature: Post-Norm 16 blocks deep, 60 steps of 256 bytes at a high LR settles on byte frequencies
-# (3.31 against their 3.29 on the eval batches; at seeds 0 and 1, LRs 1e-2 and 3e-2 alike), while a
+# (3.30 against their 3.29 on the eval batches of the by-unit split), while a
 # 2-block Pre-Norm model on the same data and LR reaches 2.96 (see /work/drafts/i14t-data).
 
 STALL_ARGS = ["--depth", "16", "--width", "32", "--seq-len", "32", "--batch", "8", "--steps", "60", "--lr", "3e-2",
@@ -153,7 +153,7 @@ def test_a_deep_post_norm_run_that_learned_only_byte_frequencies_is_stalled(caps
 
     assert main(["trial", "--method", "post", *STALL_ARGS, "--threads", "1"]) == 0
     out = capsys.readouterr().out
-    assert "unigram entropy 3.2509 nats (exact" in out  # the built-in corpus of this interpreter
+    assert "unigram entropy 3.2067 nats (exact" in out  # the built-in corpus of this interpreter
     row = next(line for line in out.splitlines() if line.strip().startswith("0.03"))
     assert "│ stalled │" in row and "stalled: final eval" in row and "unigram loss" in out
 
@@ -170,7 +170,7 @@ def test_stalled_and_healthy_members_in_a_trial() -> None:
     trial, (stalled,), reports = run("post", 16, [3e-2])
     assert stalled.outcome == "stalled" and stalled.objective is None
     assert stalled.loss is not None and stalled.loss > trial.unigram_loss - 0.05
-    assert stalled.unigram_loss == trial.unigram_loss and stalled.unigram_entropy == pytest.approx(3.2509, abs=1e-4)
+    assert stalled.unigram_loss == trial.unigram_loss and stalled.unigram_entropy == pytest.approx(3.2067, abs=1e-4)
     assert stalled.reason.startswith(f"stalled: final eval loss {stalled.loss:.4f} is ")
     # Only the final evaluation judges: at step 30 the run was just as stuck, and still `running`.
     assert [(r.step, r.members[0].state) for r in reports] == [(30, "running"), (60, "stalled")]

@@ -23,12 +23,15 @@ __all__ = ["ArrayTokenSource", "BatchStream", "TokenSource", "UnigramEntropy", "
 
 def open_source(cfg: DataConfig) -> TokenSource:
     """The token source for `cfg` (heavy work is done once and cached; see each module)."""
+    if cfg.eval_split != "val" and cfg.source != "builtin":
+        raise TrialInputError(f"data.eval_split: {cfg.eval_split!r} is offered by the built-in corpus only "
+                              f"(source {cfg.source!r} has one held-out set: leave eval_split at 'val')")
     if cfg.source == "builtin":
         from trials.data.builtin import builtin_source
 
         if cfg.tokenizer is not None:
             raise TrialInputError("data.tokenizer: the built-in corpus is byte-level; leave tokenizer unset")
-        return builtin_source(cfg.val_fraction)
+        return builtin_source(cfg.val_fraction, cfg.eval_split)
     if cfg.source in ("text", "jsonl", "parquet"):
         from trials.data.local import text_source
 

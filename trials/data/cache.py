@@ -64,10 +64,15 @@ def write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def split_position(key: str) -> float:
+    """A deterministic, content-independent position in [0, 1) for a document or unit (by its key)."""
+    h = hashlib.blake2b(key.encode(), digest_size=8).digest()
+    return int.from_bytes(h, "big") / 2.0**64
+
+
 def in_val_split(key: str, val_fraction: float) -> bool:
     """A deterministic, content-independent assignment of a document (by its key) to the validation split."""
-    h = hashlib.blake2b(key.encode(), digest_size=8).digest()
-    return int.from_bytes(h, "big") / 2.0**64 < val_fraction
+    return split_position(key) < val_fraction
 
 
 @lru_cache(maxsize=64)

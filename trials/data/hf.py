@@ -250,6 +250,20 @@ def _identity(ds: Any) -> str:
     return "info-" + hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
+def training_texts(cfg: DataConfig) -> Iterator[str]:
+    """The training split's documents in stored order, the held-out ones (`HFTokenSource.is_held_out`) left
+    out when the dataset has no validation split; opens no tokenizer (`trials.data.bpe` trains one from these)."""
+    if not cfg.dataset:
+        raise TrialInputError("data.dataset: required for source 'hf' (a hub name such as allenai/c4, or a local folder)")
+    datasets = _import_datasets()
+    train = _open_split(datasets, cfg, cfg.split, required=True)
+    assert train is not None
+    has_val = bool(cfg.val_split) and _open_split(datasets, cfg, cfg.val_split, required=False) is not None  # type: ignore[arg-type]
+    for text in _Split(train[0], cfg.text_column, cfg.shuffle_buffer).texts(None, 0, 0):
+        if has_val or not in_val_split(text, cfg.val_fraction):
+            yield text
+
+
 _opened: dict[DataConfig, HFTokenSource] = {}
 
 

@@ -222,6 +222,21 @@ def _fill(
     return content.hexdigest(), docs
 
 
+def training_texts(cfg: DataConfig) -> Iterator[str]:
+    """The training documents of a `text`, `jsonl` or `parquet` source in file order, the held-out ones left
+    out by the rule `_fill` applies (a tokenizer trained on them never sees validation text)."""
+    if not cfg.path:
+        raise TrialInputError(f"data.path: required for source {cfg.source!r}")
+    train_files = resolve_files(cfg.path, cfg.source, "data.path")
+    val_files = resolve_files(cfg.val_path, cfg.source, "data.val_path") if cfg.val_path else []
+    common = os.path.commonpath([str(p.resolve().parent) for p in train_files + val_files])
+    for path in train_files:
+        rel = os.path.relpath(path.resolve(), common)
+        for i, doc in enumerate(_documents(path, cfg.source, cfg.text_column, False)):
+            if val_files or not in_val_split(rel if cfg.source == "text" else f"{rel}:{i}", cfg.val_fraction):
+                yield doc  # type: ignore[misc]
+
+
 def _token_file(path_spec: str, dtype: str, field: str) -> tuple[Path, np.ndarray]:
     path = Path(os.path.expanduser(path_spec))
     if not path.is_file():

@@ -17,6 +17,11 @@ Rules (stated in `sweeper fit`'s output and in fits.json's `inputs`):
   method gets no LR law (`sweeper.analysis.fits.report`), and methods are ranked as comparable only at
   equal recipe. A method whose sizes mix fixed-recipe and bracketed cells keeps the bracketed ones (the
   fixed ones are excluded with the reason).
+- **Partial sizes.** A (method, size) whose seeds did not all give a usable optimum (one seed's cell
+  stalled, diverged, failed, at the grid's edge or not finished, while another's is bracketed) is
+  *partial*: the surviving seeds' mean is not the size's mean (the failing seed is the regime a depth
+  study is about), so it is **left out of the fits** unless `allow_partial=True`, and listed in
+  `SweepResults.partial` either way, with each missing seed and why.
 - Several seeds of one (method, size): the loss is the mean of the seeds' best objectives,
   the optimal LR the geometric mean; the seeds' spread is kept for the output, and so is each
   best point's standard error over the eval batches (`loss_se`).
@@ -113,6 +118,13 @@ class SizeResult:
     statuses: list[str]
     cell_ids: list[str]
     loss_se_seeds: list[float | None] = field(default_factory=list)  # each seed's best point: SE over the eval batches
+    # seeds of this (method, size) in the sweep with no usable optimum: {"seed", "cell_id", "status", "reason"}
+    missing: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def partial(self) -> bool:
+        """Some seed of the size gave no usable optimum: its mean is over the survivors only."""
+        return bool(self.missing)
 
     @property
     def fixed_recipe(self) -> bool:
@@ -167,6 +179,9 @@ class SweepResults:
     failed: list[dict[str, Any]] = field(default_factory=list)  # cells with no usable LR (diverged or stalled)
     n_cells: int = 0
     loops_axis: bool = False  # a loop-count sweep of the looped family: `Scale.depth` is the loop count
+    # partial sizes (some seed without a usable optimum); in `sizes` too only with allow_partial
+    partial: list[SizeResult] = field(default_factory=list)
+    allow_partial: bool = False
 
     def methods(self) -> list[str]:
         return sorted({s.method for s in self.sizes} | {c.method for c in self.cells})
@@ -184,8 +199,10 @@ def collect(
     *,
     include_edge: bool = False,
     lr_source: Literal["interp", "grid"] = "interp",
+    allow_partial: bool = False,
 ) -> SweepResults:
-    """The per-(method, size) results of a sweep; UserError when there is nothing to fit."""
+    """The per-(method, size) results of a sweep; UserError when there is nothing to fit. A partial size
+    (see the module's docstring) enters `sizes` only with `allow_partial`."""
     root = Path(sweep_dir)
     manifest = read_manifest(root)
     points = load_points(root)
@@ -267,10 +284,32 @@ def collect(
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for item in fittable:
         groups.setdefault((item["cell"]["method"], item["cell"]["size"]), []).append(item)
-    sizes = [_size_result(method, size, items) for (method, size), items in sorted(groups.items())]
+    why = {e["cell_id"]: e["reason"] for e in excluded}
+    every: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for cell in cells.sort("cell_id").iter_rows(named=True):
+        every.setdefault((cell["method"], cell["size"]), []).append(cell)
+    sizes, partial = [], []
+    for (method, size), items in sorted(groups.items()):
+        used = {item["cell"]["cell_id"] for item in items}
+        result = _size_result(method, size, items)
+        result.missing = [{"seed": int(c["seed"] or 0), "cell_id": c["cell_id"], "status": c["status"],
+                           "reason": why.get(c["cell_id"], str(c["status"]))}
+                          for c in every.get((method, size), []) if c["cell_id"] not in used]
+        if result.partial:
+            partial.append(result)
+            if not allow_partial:
+                gone = ", ".join(f"s{m['seed']} {m['status']}" for m in result.missing)
+                excluded += [{"cell_id": cid, "reason": f"partial size: {gone} (no usable optimum); the other seeds' "
+                              "mean is not the size's (--allow-partial to fit it)"} for cid in result.cell_ids]
+                continue
+        sizes.append(result)
+    if not sizes:
+        raise UserError(f"{root}: every size with a usable optimum is partial (some seed without one: "
+                        f"{', '.join(f'{p.method} {p.size}' for p in partial)}); --allow-partial fits the surviving "
+                        "seeds' means")
     return SweepResults(name=name, default_x=default_x, sizes=sizes, excluded=excluded,
                         edge_included=edge_included, cells=sens, failed=failed_cells, n_cells=cells.height,
-                        loops_axis=manifest.loop_axis)
+                        loops_axis=manifest.loop_axis, partial=partial, allow_partial=allow_partial)
 
 
 def _size_result(method: str, size: str, items: list[dict[str, Any]]) -> SizeResult:

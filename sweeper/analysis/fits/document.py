@@ -169,8 +169,19 @@ class Recipe(Record):
     lrs: list[Number] = Field(default_factory=list)
 
 
+class MissingSeed(Record):
+    """A seed of a size whose cell gave no usable optimum (stalled, diverged, edge, failed, not finished)."""
+
+    seed: Number = 0
+    cell_id: str | None = None
+    status: str | None = None
+    reason: str | None = None
+
+
 class SizeRow(Record):
-    """One size of a method as the fits saw it: mean over seeds, with the seeds' spread and SEs."""
+    """One size of a method as the fits saw it: mean over seeds, with the seeds' spread and SEs. `partial`:
+    some seed of the size gave no usable optimum (`missing_seeds`); such a size is fitted only with
+    `--allow-partial`. `weight`: its weight in the loss fit (inverse variance of its mean, `se_used`)."""
 
     size: str
     x: Number | None = None
@@ -191,6 +202,24 @@ class SizeRow(Record):
     seeds: list[Number] = Field(default_factory=list)
     status: list[str] = Field(default_factory=list)
     cells: list[str] = Field(default_factory=list)
+    partial: bool | None = None
+    missing_seeds: list[MissingSeed] = Field(default_factory=list)
+    weight: Number | None = None
+    se_used: Number | None = None
+
+
+class PartialSize(Record):
+    """A partial size of a method (`SizeRow.partial`), listed whether or not it was fitted: the surviving
+    seeds' mean, their losses, and the missing seeds."""
+
+    method: str
+    size: str
+    x: Number | None = None
+    loss: Number | None = None
+    loss_seeds: list[Number | None] = Field(default_factory=list)
+    seeds: list[Number] = Field(default_factory=list)
+    missing_seeds: list[MissingSeed] = Field(default_factory=list)
+    fitted: bool = False
 
 
 class SensitivityRow(Record):
@@ -244,6 +273,7 @@ class RankRow(Record):
     lowest_at_every_common_size: bool | None = None
     n_sizes: Number | None = None
     rank_by_compute_exponent: Number | None = None
+    compute_exponent_e_model: str | None = None  # shared (the default for ranking) | per-method
 
 
 class SharedEFit(Record):
@@ -290,6 +320,9 @@ class InputsSection(Record):
     excluded: list[ExcludedCell] = Field(default_factory=list)
     edge_included: list[str] = Field(default_factory=list)
     failed: list[FailedCell] = Field(default_factory=list)
+    partial: list[PartialSize] = Field(default_factory=list)  # sizes some seed of which has no usable optimum
+    allow_partial: bool | None = None  # were they fitted (--allow-partial)
+    weights: str | None = None  # how the loss fits weigh the sizes
 
 
 class OptionsSection(Record):
@@ -301,6 +334,8 @@ class OptionsSection(Record):
     level: Number | None = None
     n_def: str | None = None
     c_def: str | None = None
+    weighted: bool | None = None  # sizes weighted by their seed variance (`inputs.weights` says how)
+    bootstrap_levels: str | None = None  # the sizes alone, or the sizes then the seeds within each
 
 
 class FitsDocument(Record):
@@ -321,6 +356,7 @@ class FitsDocument(Record):
     options: OptionsSection = Field(default_factory=OptionsSection)
     methods: dict[str, MethodSection] = Field(default_factory=dict)
     ranking: list[RankRow] = Field(default_factory=list)
+    ranking_note: str | None = None  # how the ranking's compute exponents were fitted (a shared E)
     warnings: list[str] = Field(default_factory=list)
     lr_law: LRLawSection | None = None  # `--lr-law X1,X2` (sweeper.analysis.fits.document_laws)
     holdout: HoldoutSection | None = None  # `--holdout largest`

@@ -92,6 +92,8 @@ class LossFit:
     warnings: list[str] = field(default_factory=list)
     status: Literal["ok", "flat", "insufficient"] = "ok"
     draws: BootstrapDraws | None = None
+    w: np.ndarray | None = None  # the points' weights (mean 1), None: unweighted
+    seed_values: list[np.ndarray] | None = None  # each point's seeds (the second bootstrap level), None: one level
     _e: float = math.nan
     _a: float = math.nan  # reduced units
     _alpha: float = math.nan
@@ -144,12 +146,12 @@ def alpha_grid(bounds: tuple[float, float] = ALPHA_BOUNDS, size: int = ALPHA_GRI
     return np.geomspace(bounds[0], bounds[1], size)
 
 
-def _profile(xt: np.ndarray, y: np.ndarray, log_alpha: float) -> tuple[float, float, float]:
+def _profile(xt: np.ndarray, y: np.ndarray, log_alpha: float, w: np.ndarray) -> tuple[float, float, float]:
     f = np.power(xt, -math.exp(log_alpha))
-    s = nnls.row_sums(np.ones((1, xt.size)), y[None, :], f[None, :])
+    s = nnls.row_sums(w[None, :], y[None, :], f[None, :])
     e, a, _ = nnls.solve(s)
     # The direct residual sum is exact where the sums formula loses digits near zero.
-    direct = float(np.sum((e[0] + a[0] * f - y) ** 2))
+    direct = float(np.sum(w * (e[0] + a[0] * f - y) ** 2))
     return float(e[0]), float(a[0]), direct
 
 
@@ -172,19 +174,36 @@ def fit_loss_curve(
     scheme: Scheme = "residual",
     alpha_bounds: tuple[float, float] = ALPHA_BOUNDS,
     grid_size: int = ALPHA_GRID_SIZE,
+    weights: np.ndarray | list[float] | None = None,
+    seed_values: list[np.ndarray] | list[list[float]] | None = None,
 ) -> LossFit:
     """Fit `L = E + A·x^(-α)` (E, A ≥ 0) and the log-log slope, with bootstrap intervals.
 
-    Never raises for degenerate data: the result's `status` and `warnings` say what is wrong
-    ("insufficient" with fewer than three distinct x, "flat" when loss does not fall with x).
+    `weights`: a weighted least squares (each point's inverse variance; rescaled to mean 1). `seed_values`:
+    each point's seeds' values (the point is their mean); where a point has two or more, the bootstrap has a
+    second level, resampling those seeds (`_seed_deviations`). Never raises for degenerate data: the result's
+    `status` and `warnings` say what is wrong ("insufficient" with fewer than three distinct x, "flat" when loss
+    does not fall with x).
     """
     x = np.asarray(x, dtype=float)
     y = np.asarray(y, dtype=float)
     _check_inputs(x, y)
     order = np.argsort(x, kind="stable")
     x, y = x[order], y[order]
+    w = None
+    if weights is not None:
+        w = np.asarray(weights, dtype=float)[order]
+        if w.shape != x.shape or not np.all(np.isfinite(w)) or np.any(w <= 0):
+            raise ValueError("weights must be finite, positive, one per point")
+        w = w / w.mean()
+    seeds = None
+    if seed_values is not None:
+        if len(seed_values) != x.size:
+            raise ValueError("seed_values must hold one list of seed values per point")
+        seeds = [np.asarray(seed_values[i], dtype=float) for i in order]
     x_ref = float(np.exp(np.mean(np.log(x)))) if x.size else 1.0
-    fit = LossFit(x=x, y=y, x_ref=x_ref)
+    fit = LossFit(x=x, y=y, x_ref=x_ref, w=w, seed_values=seeds)
+    wv = w if w is not None else np.ones_like(x)
     n_distinct = np.unique(x).size
     xt = x / x_ref
 
@@ -205,7 +224,7 @@ def fit_loss_curve(
 
     grid = alpha_grid(alpha_bounds, grid_size)
     log_grid = np.log(grid)
-    e, a, alpha, info = _point_fit(xt, y, grid, log_grid)
+    e, a, alpha, info = _point_fit(xt, y, grid, log_grid, wv)
     fit._e, fit._a, fit._alpha = e, a, alpha
     fit.optimizer = info
     fit.converged = bool(info["converged"])
@@ -230,7 +249,7 @@ def fit_loss_curve(
         cols.append(f)
         cols.append(-a * f * np.log(xt))
     jac = np.stack(cols, axis=1) if cols else np.zeros((xt.size, 0))
-    lev, rank = _leverage(jac)
+    lev, rank = _leverage(jac * np.sqrt(wv)[:, None])
     fit.dof = int(x.size - rank)
 
     draws = None
@@ -241,7 +260,8 @@ def fit_loss_curve(
         )
     elif resamples > 0:
         boot_grid = alpha_grid(alpha_bounds, max(grid_size // 2, 50))
-        draws = _bootstrap(xt, y, yhat, resid, lev, fit.dof, scheme, resamples, seed, boot_grid, np.log(boot_grid))
+        draws = _bootstrap(xt, y, yhat, resid, lev, fit.dof, scheme, resamples, seed, boot_grid, np.log(boot_grid),
+                           wv, seeds)
         fit.draws = draws
 
     with np.errstate(over="ignore"):
@@ -272,28 +292,29 @@ def _check_inputs(x: np.ndarray, y: np.ndarray) -> None:
 
 
 def _point_fit(
-    xt: np.ndarray, y: np.ndarray, grid: np.ndarray, log_grid: np.ndarray
+    xt: np.ndarray, y: np.ndarray, grid: np.ndarray, log_grid: np.ndarray, w: np.ndarray
 ) -> tuple[float, float, float, dict]:
     basis = np.power(xt[None, :], -grid[:, None])
-    _, _, sse_g = nnls.solve(nnls.grid_sums(np.ones((1, xt.size)), y[None, :], basis))
+    _, _, sse_g = nnls.solve(nnls.grid_sums(w[None, :], y[None, :], basis))
+    sw = np.sqrt(w)
     k = int(np.argmin(sse_g[0]))
     info: dict = {"method": "alpha-scan+nnls", "grid": [float(grid[0]), float(grid[-1]), int(grid.size)]}
     if 0 < k < grid.size - 1:
         res = minimize_scalar(
-            lambda u: _profile(xt, y, u)[2],
+            lambda u: _profile(xt, y, u, w)[2],
             bounds=(log_grid[k - 1], log_grid[k + 1]),
             method="bounded",
             options={"xatol": 1e-12},
         )
         log_alpha = float(res.x)
-        e, a, sse_val = _profile(xt, y, log_alpha)
-        if sse_val > _profile(xt, y, log_grid[k])[2]:  # Brent never does worse than its bracket's centre
+        e, a, sse_val = _profile(xt, y, log_alpha, w)
+        if sse_val > _profile(xt, y, log_grid[k], w)[2]:  # Brent never does worse than its bracket's centre
             log_alpha = float(log_grid[k])
-            e, a, sse_val = _profile(xt, y, log_alpha)
+            e, a, sse_val = _profile(xt, y, log_alpha, w)
         info["scan_converged"] = bool(res.success)
     else:
         log_alpha = float(log_grid[k])
-        e, a, sse_val = _profile(xt, y, log_alpha)
+        e, a, sse_val = _profile(xt, y, log_alpha, w)
         info["scan_converged"] = True
         info["alpha_at_grid_edge"] = True
     alpha = math.exp(log_alpha)
@@ -304,11 +325,11 @@ def _point_fit(
         x0 = np.array([e, a, alpha])
 
         def residuals(p: np.ndarray) -> np.ndarray:
-            return p[0] + p[1] * np.power(xt, -p[2]) - y
+            return sw * (p[0] + p[1] * np.power(xt, -p[2]) - y)
 
         def jacobian(p: np.ndarray) -> np.ndarray:
             f = np.power(xt, -p[2])
-            return np.stack([np.ones_like(xt), f, -p[1] * f * np.log(xt)], axis=1)
+            return sw[:, None] * np.stack([np.ones_like(xt), f, -p[1] * f * np.log(xt)], axis=1)
 
         res = least_squares(
             residuals, x0, jac=jacobian, bounds=([0.0, 0.0, grid[0]], [np.inf, np.inf, grid[-1]]),
@@ -323,8 +344,8 @@ def _point_fit(
             sse_val = polished_sse
     if 0 < e < 1e-9 * float(np.max(np.abs(y))):
         e = 0.0  # a bounded optimiser stops a hair above its bound; call it the bound
-        a = float(np.sum(np.power(xt, -alpha) * y) / np.sum(np.power(xt, -2 * alpha)))
-        sse_val = float(np.sum((a * np.power(xt, -alpha) - y) ** 2))
+        a = float(np.sum(w * np.power(xt, -alpha) * y) / np.sum(w * np.power(xt, -2 * alpha)))
+        sse_val = float(np.sum(w * (a * np.power(xt, -alpha) - y) ** 2))
     info["converged"] = bool(converged)
     info["sse"] = float(sse_val)
     return e, a, alpha, info
@@ -342,21 +363,34 @@ def _bootstrap(
     seed: int,
     grid: np.ndarray,
     log_grid: np.ndarray,
+    w: np.ndarray | None = None,
+    seeds: list[np.ndarray] | None = None,
 ) -> BootstrapDraws:
+    """Level 1, the sizes: residuals about the curve (`residual`, `residual-raw`) or the points (`cases`).
+    Weighted, the residuals are resampled standardised (`√w·r`) and rescaled to the point they land on.
+    Level 2, the seeds within each size (`seeds` given): every replicate's value at a point with two or more
+    seeds moves by `_seed_deviations`."""
     n = xt.size
     rng = np.random.default_rng(seed)
+    w = np.ones(n) if w is None else w
+    sw = np.sqrt(w)
     adjusted = resid / np.sqrt(np.clip(1.0 - leverage, 1e-12, None))
+    standard = adjusted * sw
+    standard = standard - standard.mean()
     adjusted = adjusted - adjusted.mean()
     if scheme in ("residual", "residual-raw"):
         if scheme == "residual":
             adjusted = adjusted * small_sample_factor(dof)
-        weights = np.ones((resamples, n))
-        values = yhat[None, :] + adjusted[rng.integers(0, n, size=(resamples, n))]
+            standard = standard * small_sample_factor(dof)
+        weights = np.broadcast_to(w, (resamples, n)).copy()
+        values = yhat[None, :] + standard[rng.integers(0, n, size=(resamples, n))] / sw[None, :]
     elif scheme == "cases":
-        weights = rng.multinomial(n, np.full(n, 1.0 / n), size=resamples).astype(float)
+        weights = rng.multinomial(n, np.full(n, 1.0 / n), size=resamples).astype(float) * w[None, :]
         values = np.broadcast_to(y, (resamples, n)).copy()
     else:
         raise ValueError(f"unknown bootstrap scheme {scheme!r} (allowed: {', '.join(SCHEMES)})")
+    if seeds is not None:
+        values = values + _seed_deviations(seeds, resamples, rng)
 
     basis = np.power(xt[None, :], -grid[:, None])
     e_all = np.empty(resamples)
@@ -394,6 +428,20 @@ def _bootstrap(
         alpha_all[start : start + w.shape[0]] = alpha
 
     return BootstrapDraws(e=e_all, a=a_all, alpha=alpha_all, noise=adjusted)
+
+
+def _seed_deviations(seeds: list[np.ndarray], resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """(resamples, n): per replicate and point, the mean of the point's seeds resampled with replacement minus
+    their mean, times √(k/(k−1)) for k seeds (the bootstrap's variance of a mean is (k−1)/k of s²/k: with two
+    seeds, half). Zero at a point with one seed (no spread measured)."""
+    out = np.zeros((resamples, len(seeds)))
+    for i, values in enumerate(seeds):
+        k = values.size
+        if k < 2:
+            continue
+        draws = values[rng.integers(0, k, size=(resamples, k))].mean(axis=1)
+        out[:, i] = (draws - values.mean()) * math.sqrt(k / (k - 1))
+    return out
 
 
 def _gauss_newton(

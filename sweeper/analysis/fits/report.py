@@ -25,6 +25,8 @@ from sweeper.analysis.fits.document import (
     ComputeExponent,
     EstimateValue,
     ExcludedCell,
+    MissingSeed,
+    PartialSize,
     FailedCell,
     FitsDocument,
     HoldoutCheck,
@@ -47,6 +49,8 @@ from sweeper.stats.loglog import PowerLawFit
 from sweeper.stats.lrlaw import EXTRAPOLATION_NOTE, EXTRAPOLATION_WARN, fit_lr_law
 from sweeper.analysis.fits.powerlaw import DEFAULT_RESAMPLES, LossFit, Scheme, fit_loss_curve
 from sweeper.analysis.fits.sensitivity import common_lrs, lr_sensitivity
+from sweeper.analysis.fits.seeds import (RANKING_E_NOTE, bootstrap_levels, fit_inputs, partial_row, partial_rule,
+                                         partial_warnings, shared_e_exponents, size_weights, weights_rule)
 from sweeper.analysis.fits.shared import fit_shared_e
 from sweeper.analysis.fits.units import format_size
 
@@ -66,6 +70,8 @@ class FitOptions:
     include_edge: bool = False
     lr_source: Literal["interp", "grid"] = "interp"
     shared_e: bool = False
+    allow_partial: bool = False
+    weighted: bool = True  # sizes weighted by the inverse variance of their mean where the seeds measure it
 
 
 LOOPS_LABEL = "loop count T (core iterations)"  # a loop-count sweep: its `depth` column holds T
@@ -129,6 +135,7 @@ def build_report(results: SweepResults, opts: FitOptions) -> FitsDocument:
             f"{len(results.edge_included)} edge cell(s) included (--include-edge): their loss is an upper bound and "
             f"their LR a bound: {', '.join(results.edge_included)}"
         )
+    global_warnings += partial_warnings(results)
     series = {m: [s for s in results.sizes if s.method == m] for m in results.methods()}
     for method, sizes in series.items():
         methods[method] = _method_section(method, sizes, results.cells, opts)
@@ -158,7 +165,8 @@ def build_report(results: SweepResults, opts: FitOptions) -> FitsDocument:
         targets=[float(t) for t in opts.targets],
         inputs=InputsSection(
             rule=("per (method, size): best objective among ok points of bracketed cells, mean over seeds "
-                  "(a fixed-recipe method: its one point's objective at the recipe's LR, no LR law); "
+                  + partial_rule(results.allow_partial)
+                  + "(a fixed-recipe method: its one point's objective at the recipe's LR, no LR law); "
                   + ("edge cells included with a warning" if opts.include_edge else "edge cells excluded")
                   + "; diverged, stalled and failed points never enter a loss fit"),
             lr_source=opts.lr_source,
@@ -166,11 +174,16 @@ def build_report(results: SweepResults, opts: FitOptions) -> FitsDocument:
             excluded=[ExcludedCell(**e) for e in results.excluded],
             edge_included=results.edge_included,
             failed=[FailedCell(**f) for f in results.failed],  # no usable LR: every point diverged or stalled
+            partial=[partial_row(p, opts, results.allow_partial) for p in results.partial],
+            allow_partial=results.allow_partial,
+            weights=weights_rule(opts.weighted),
         ),
         options=OptionsSection(resamples=opts.resamples, seed=opts.seed, bootstrap=opts.scheme, level=0.95,
-                               n_def=opts.n_def, c_def=opts.c_def),
+                               n_def=opts.n_def, c_def=opts.c_def, weighted=opts.weighted,
+                               bootstrap_levels=bootstrap_levels(results.sizes)),
         methods=methods,
         ranking=_ranking(methods, series, opts),
+        ranking_note=RANKING_E_NOTE,
         warnings=global_warnings,
     )
 
@@ -193,11 +206,13 @@ def _method_section(
     lr = np.array([s.lr_opt for s in usable], dtype=float)
     targets = np.asarray(opts.targets, dtype=float)
 
-    loss = fit_loss_curve(x, y, resamples=opts.resamples, seed=opts.seed, scheme=opts.scheme)
+    loss = fit_loss_curve(x, y, resamples=opts.resamples, seed=opts.seed, scheme=opts.scheme,
+                          **fit_inputs(usable, opts.weighted))
     fixed = bool(usable) and all(s.fixed_recipe for s in usable)
     compute_exponent, compute_fit = _compute_section(sizes, opts, loss)
+    table = size_weights(usable) if opts.weighted else None
     return MethodSection(
-        sizes=[_size_row(s, opts) for s in usable],
+        sizes=[_size_row(s, opts, table) for s in usable],
         # a fixed recipe (lr.fixed): the loss at the recipe's LR, and no LR law (no optimum was searched)
         recipe=(Recipe(kind="fixed", lrs=sorted({float(v) for s in usable for v in s.lr_opt_seeds})) if fixed
                 else Recipe(kind="optimum")),
@@ -209,8 +224,11 @@ def _method_section(
     )
 
 
-def _size_row(s: SizeResult, opts: FitOptions) -> SizeRow:
+def _size_row(s: SizeResult, opts: FitOptions, weights: dict[str, tuple[float, float]] | None = None) -> SizeRow:
+    weight, se_used = (weights or {}).get(s.size, (None, None))
     return SizeRow(
+        weight=weight,
+        se_used=se_used,
         size=s.size,
         x=s.scale.x(opts.x, opts.n_def, opts.c_def),
         depth=s.scale.depth,
@@ -230,6 +248,8 @@ def _size_row(s: SizeResult, opts: FitOptions) -> SizeRow:
         seeds=s.seeds,
         status=s.statuses,
         cells=s.cell_ids,
+        partial=s.partial,
+        missing_seeds=[MissingSeed(**m) for m in s.missing],
     )
 
 
@@ -314,7 +334,10 @@ def holdout_check(fit: LossFit, opts: FitOptions) -> tuple[HoldoutCheck | None, 
     if distinct.size < 4:
         return None, [f"leave-largest-out check needs 4 sizes (have {distinct.size}): extrapolation is untested"]
     keep = fit.x < distinct[-1]
-    sub = fit_loss_curve(fit.x[keep], fit.y[keep], resamples=opts.resamples, seed=opts.seed + 1, scheme=opts.scheme)
+    sub = fit_loss_curve(fit.x[keep], fit.y[keep], resamples=opts.resamples, seed=opts.seed + 1, scheme=opts.scheme,
+                         weights=None if fit.w is None else fit.w[keep],
+                         seed_values=None if fit.seed_values is None else
+                         [v for v, k in zip(fit.seed_values, keep) if k])
     return holdout_record(sub, float(distinct[-1]), float(np.mean(fit.y[~keep])), opts)
 
 
@@ -379,7 +402,8 @@ def _compute_section(
                                         trustworthy=False)
         c = np.array([s.scale.compute(opts.c_def, opts.n_def) for s in usable], dtype=float)
         y = np.array([s.objective for s in usable], dtype=float)
-        fit = fit_loss_curve(c, y, resamples=opts.resamples, seed=opts.seed + 4, scheme=opts.scheme)
+        fit = fit_loss_curve(c, y, resamples=opts.resamples, seed=opts.seed + 4, scheme=opts.scheme,
+                             **fit_inputs(usable, opts.weighted))
     detail = loss_fit_section(fit, np.array([]), opts, holdout=False, curve=False)
     if fit.status != "ok" or fit.alpha.value is None:
         return None, detail
@@ -470,6 +494,7 @@ def _ranking(methods: dict[str, MethodSection], series: dict[str, list[SizeResul
             n_sizes=len(xs),
         ))
     rows.sort(key=lambda r: r.loss_at_largest)  # type: ignore[arg-type, return-value]
+    shared_e_exponents(rows, methods, series, opts)
     by_exponent = sorted((r for r in rows if r.compute_exponent is not None),
                          key=lambda r: -r.compute_exponent)  # type: ignore[operator]
     for i, r in enumerate(rows):

@@ -24,7 +24,7 @@ from sweeper.spec.schema.fields import BYTE_VOCAB, MAX_VOCAB
 from sweeper.spec.schema.messages import MissingFile, Problem, problems_from
 from sweeper.spec.schema.sections import LRSection, MethodSpec, ModelSection
 from sweeper.spec.schema.sweep import SweepConfig, deep_merge, json_schema, merge_train
-from trials.config import DataConfig, DivergenceConfig, TrainConfig
+from trials.config import TOKENIZER_TRAINABLE_SOURCES, DataConfig, DivergenceConfig, TrainConfig
 
 
 def find_nonfinite(value: Any, path: tuple[str | int, ...], out: list[Problem]) -> None:
@@ -111,12 +111,26 @@ def data_problems(data: DataConfig, base: Path) -> list[Problem]:
             ):
                 out.append(MissingFile(("data", key), f"{resolved}: a folder without manifest.json, so not a prepared corpus "
                                    f"(or its `sweeper data prepare` has not finished){PREPARE_HINT}"))
+    if data.eval_split != "val" and data.source != "builtin":
+        out.append(Problem(("data", "eval_split"), f"{data.eval_split!r} is offered by the built-in corpus only (source "
+                           f"{data.source!r} has one held-out set): leave it at 'val'"))
+    if data.source == "builtin" and data.val_fraction >= 0.5:
+        out.append(Problem(("data", "val_fraction"), f"{data.val_fraction:g}: the built-in corpus holds this share of its "
+                           "units out twice (validation and test), so it must be below 0.5"))
     if data.source == "hf" and not data.dataset:
         out.append(Problem(("data", "dataset"), "required for source 'hf' (a Hugging Face dataset name)"))
-    if data.tokenizer and looks_local(data.tokenizer):
+    if data.tokenizer_train is not None:
+        if not data.tokenizer or not looks_local(data.tokenizer) or not data.tokenizer.endswith(".json"):
+            out.append(Problem(("data", "tokenizer_train"), "trains the tokenizer into data.tokenizer: give data.tokenizer "
+                               "as a local .json path (e.g. ./tokenizers/mine.json)"))
+        if data.source not in TOKENIZER_TRAINABLE_SOURCES:
+            out.append(Problem(("data", "tokenizer_train"), f"trains on text; data.source {data.source!r} has none "
+                               f"(allowed: {', '.join(TOKENIZER_TRAINABLE_SOURCES)})"))
+    elif data.tokenizer and looks_local(data.tokenizer):
         resolved = resolve_path(data.tokenizer, base)
         if not os.path.exists(resolved):
-            out.append(MissingFile(("data", "tokenizer"), f"no such file or directory: {resolved}"))
+            out.append(MissingFile(("data", "tokenizer"), f"no such file or directory: {resolved} (supply it, or add "
+                                   f"data.tokenizer_train to have the launch train one there)"))
     return out
 
 

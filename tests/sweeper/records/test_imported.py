@@ -103,6 +103,11 @@ def test_every_reader_reads_an_import(tmp_path, capsys):
     assert set(fits["methods"]) == {"opt=a", "opt=b"}
     assert [s["x"] for s in fits["methods"]["opt=a"]["sizes"]] == [1e6, 2e6, 4e6]
 
+    lead = cli_json(capsys, "compare", str(out), "--methods", "opt=a,opt=b", "--include-edge")
+    leads = {c["size"]: c["mean"] for c in lead["comparisons"]}
+    # opt=a against opt=b, grid-best losses: 1e6 3.10 vs 3.20, 2e6 2.90 vs 3.05, 4e6 2.80 vs 2.90
+    assert leads == pytest.approx({"1e6": -0.10, "2e6": -0.15, "4e6": -0.10}) and lead["x"] == "params"
+
     opened = sweeper.open(out)
     assert opened.optima().height == 6 and opened.points().height == 18 and opened.manifest.is_imported
     assert opened.optima().filter(pl.col("edge").is_not_null())["cell_id"].to_list() == ["opt=a/1e6/s0", "opt=b/4e6/s0"]

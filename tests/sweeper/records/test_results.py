@@ -85,14 +85,18 @@ def test_optima_report_best_loss_se_noise_and_stalled_cells(tmp_path):
     post = by_cell["post/L32/s0"]
     assert post["status"] == "stalled" and post["n_stalled"] == 3 and post["best_lr"] is None
     assert post["within_noise"] is None
+    # a stalled cell keeps its loss (the lowest of its stalled points), never as an optimum
+    assert post["stalled_loss"] == pytest.approx(min(p.loss for p in rows if p.cell.cell_id == "post/L32/s0"))
+    assert post["best_loss"] is None and post["noise"] is None
 
 
 def test_optima_and_status_print_them(tmp_path, capsys):
     root, _ = sweep_dir(tmp_path)
     assert main(["optima", str(root)]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "all stalled" in text and "(1.6 SE) within noise" in text and "the cell found no usable learning rate" in text
+    assert "all stalled" in text and "(1.6 eval SE) within noise" in text and "the cell found no usable learning rate" in text
     assert "2.1000 ± 0.0" in text and "+0.1000" in text
+    assert "(stalled)" in text and "best loss ± eval SE" in text
     assert "stalled: trained to the end without beating the loss of predicting by token frequencies" in text
     assert main(["status", str(root)]) == 0
     text = " ".join(capsys.readouterr().out.split())

@@ -111,7 +111,9 @@ def test_figures_draw_a_fixed_recipes_points_but_no_optimum(fixed_sweep: Path) -
              and any(v is not None for v in t.get("y") or [])]
     assert stars == []
     # the scaling figure shows the recipe's losses, labelled as such
-    observed = [t for t in specs["scaling"]["data"] if t.get("customdata")]
+    observed = [t for t in specs["scaling"]["data"] if t.get("customdata") and t["name"].endswith(" cells")]
     assert observed and all(row[2] == "fixed recipe, no LR search" for t in observed for row in t["customdata"])
+    seeds = [t for t in specs["scaling"]["data"] if t["name"].endswith(" seeds")]  # each seed's point, its status
+    assert seeds and all(row[2] == "fixed" for t in seeds for row in t["customdata"])
     legend = [t["name"] for t in specs["status"]["data"][1:]]
     assert "fixed" in legend and "bracketed" in legend

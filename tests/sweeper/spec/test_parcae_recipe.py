@@ -199,11 +199,14 @@ def test_parcae_decays_the_muon_matrices_only() -> None:
     assert "head" not in kinds  # tied: the head is the embedding table
 
 
-def test_validate_passes_once_the_tokenizer_is_there(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """As shipped, validate names the tokenizer file the user supplies; with one there, it passes."""
-    assert main(["validate", str(SWEEPS / "parcae-study.yaml")]) == 2
+def test_validate_passes_and_names_the_tokenizer_the_launch_trains(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """As shipped, validate passes: the tokenizer file is trained at launch when missing (data.tokenizer_train);
+    without the recipe, validate names the file the user supplies; a supplied file is used as it is."""
+    assert main(["validate", str(SWEEPS / "parcae-study.yaml")]) == 0
+    assert main(["validate", str(SWEEPS / "parcae-study.yaml"), "data.tokenizer_train=null"]) == 2
     err = capsys.readouterr().err
     assert "data.tokenizer: no such file or directory" in err and "parcae-32768.json" in err
     tokenizer = tmp_path / "tok.json"
     tokenizer.write_text("{}")  # validate checks that the file is there; the trial reads it
-    assert main(["validate", str(SWEEPS / "parcae-study.yaml"), f"data.tokenizer={tokenizer}"]) == 0
+    assert main(["validate", str(SWEEPS / "parcae-study.yaml"), f"data.tokenizer={tokenizer}",
+                 "data.tokenizer_train=null"]) == 0

@@ -15,7 +15,6 @@ from trials.config import DataConfig
 from trials.data import check_vocab, open_source
 from trials.data import builtin as builtin_mod
 from trials.data.base import ArrayBatchStream
-from trials.data.cache import in_val_split
 from trials.errors import TrialInputError
 
 
@@ -37,11 +36,14 @@ def test_builtin_corpus(monkeypatch: pytest.MonkeyPatch, stream_contract) -> Non
     assert src.fingerprint.startswith(f"builtin:cpython-{version}:sha256-")
     assert len(src.train) > 1_000_000 and len(src.val) > 10_000
     stream_contract(src)
-    # The split is by file: the validation tokens are exactly the held-out files, NUL-separated.
+    # The split is by unit (tests/trials/data/test_builtin_split.py): the validation tokens are exactly the
+    # held-out units' files, NUL-separated; training, validation and test hold every file but encodings/'.
     files = builtin_mod.stdlib_files(builtin_mod.stdlib_root())
-    val = b"".join(p.read_bytes() + b"\x00" for rel, p in files if in_val_split(rel, 0.05))
+    val = b"".join(p.read_bytes() + b"\x00" for rel, p in files if builtin_mod.split_side(rel, 0.05) == "val")
     assert bytes(np.asarray(src.val)) == val
-    assert len(src.train) + len(src.val) == sum(p.stat().st_size + 1 for _, p in files)
+    test = open_source(DataConfig(source="builtin", eval_split="test"))
+    kept = [p for rel, p in files if not rel.startswith("encodings/")]
+    assert len(src.train) + len(src.val) + len(test.val) == sum(p.stat().st_size + 1 for p in kept)
     # Reopening in a new process reads the cache: it neither re-reads nor re-hashes the stdlib.
     builtin_mod._opened.clear()
     with monkeypatch.context() as patched:

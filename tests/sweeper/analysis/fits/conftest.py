@@ -62,6 +62,8 @@ def write_sweep(
     edge: set[tuple[str, int]] = frozenset(),  # (method, depth) cells whose grid stops at the best point
     all_diverged: set[tuple[str, int]] = frozenset(),
     all_stalled: set[tuple[str, int]] = frozenset(),  # every point trained to the end at the unigram loss
+    stalled_seeds: set[tuple[str, int, int]] = frozenset(),  # (method, depth, seed): that seed's cell alone stalls
+    seed_noise: dict[tuple[str, int], float] | None = None,  # (method, depth): its own seed-to-seed sd (else `noise`)
     eval_se: float | None = None,  # every finished point's SE over the eval batches
     pending: set[tuple[str, int]] = frozenset(),
     on_optimum: bool = False,  # grid through LR* itself: best loss = E + A·depth^(-α) exactly
@@ -82,11 +84,12 @@ def write_sweep(
                 offsets = [k for k in grid if not ((method, depth) in edge and k < 0)]
                 rows = []
                 base = t.E + t.A * depth ** (-t.alpha)
-                seed_shift = rng.normal(0, noise)  # the same noise for a whole cell: what varies across seeds
+                # the same noise for a whole cell: what varies across seeds
+                seed_shift = rng.normal(0, (seed_noise or {}).get((method, depth), noise))
                 for k in offsets:
                     lr = centre * 2.0**k
                     diverged = (method, depth) in all_diverged or lr > 8 * lr_star
-                    stalled = (method, depth) in all_stalled and not diverged
+                    stalled = ((method, depth) in all_stalled or (method, depth, seed) in stalled_seeds) and not diverged
                     loss = None if diverged else base + t.curvature * math.log(lr / lr_star) ** 2 + seed_shift
                     if stalled:
                         loss = INIT_LOSS - 0.01
