@@ -217,6 +217,8 @@ def order_sizes(points: pl.DataFrame, cells: pl.DataFrame) -> list[str]:
 def sweep_name(sweep_dir: str | os.PathLike[str], manifest: Manifest) -> str:
     """The sweep's name as every figure and the dashboard header show it: marked when simulated."""
     name = manifest.name or Path(sweep_dir).resolve().name
+    if manifest.is_imported:
+        return f"{name} [IMPORTED: recorded runs from {manifest.imported.source}]"  # type: ignore[union-attr]
     return f"{name} [SIMULATED: planted losses]" if manifest.is_simulated else name
 
 

@@ -43,6 +43,9 @@ OPTIMA_SCHEMA: dict[str, pl.DataType] = {
     # the seeds' noise (`sweeper.records.seed_noise`) and which noise `within_noise` used (eval | seeds)
     "seed_sd_best_loss": pl.Float64, "n_seeds": pl.Int64, "seed_sd_at_best_lr": pl.Float64,
     "seed_sd_at_neighbour_lr": pl.Float64, "seed_sd_gap": pl.Float64, "n_seeds_gap": pl.Int64, "noise": pl.Utf8,
+    # where the best point sits in what was tried (`sweeper.records.edges.neighbour_fields`)
+    "edge": pl.Utf8, "low_lr": pl.Float64, "low_state": pl.Utf8, "low_gap": pl.Float64, "high_lr": pl.Float64,
+    "high_state": pl.Utf8, "high_gap": pl.Float64,
 }
 
 

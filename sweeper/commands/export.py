@@ -43,6 +43,8 @@ def run(args: argparse.Namespace) -> int:
     from sweeper.run.weights import WEIGHTS, folder_name, kept_point
 
     manifest = read_manifest(args.dir)
+    if manifest.is_imported:
+        raise manifest.no_ledger(args.dir, "no trained weights to export")
     root = Path(args.dir)
     cells = sorted(manifest.cells)
     chosen = [c for c in cells if not args.cell or any(fnmatch.fnmatchcase(c, p) for p in args.cell)]

@@ -122,8 +122,9 @@ def register(subparsers: Any) -> None:
                              "width sweep, where depth does not vary and is refused)")
     parser.add_argument("--to", type=_size_arg, nargs="+", default=[], metavar="VALUE",
                         help="predict loss and optimal LR at these x values (1024, 350M, 1.3B, 2e9)")
-    parser.add_argument("--n", dest="n_def", choices=["nonembed", "total"], default="nonembed",
-                        help="parameter count N for --x params and for 6ND compute (default: nonembed)")
+    parser.add_argument("--n", dest="n_def", choices=["nonembed", "total"], default=None,
+                        help="parameter count N for --x params and for 6ND compute (default: nonembed; an imported "
+                             "sweep's x is its table's size column, read as total)")
     parser.add_argument("--compute", dest="c_def", choices=["flops", "6nd"], default="flops",
                         help="compute C: flops = flops_per_token × tokens (6·N_matmul + attention; default), "
                              "6nd = 6·N·D")
@@ -143,6 +144,14 @@ def register(subparsers: Any) -> None:
                         help="resampling scheme (default residual: small-sample calibrated residual bootstrap)")
     parser.add_argument("--resamples", type=_resamples_arg, default=2000, help="bootstrap resamples (default 2000)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap random seed (default 0: reproducible)")
+    parser.add_argument("--lr-law", default=None, metavar="X1,X2",
+                        help="also fit the optimal LR in two variables, log LR* = c + a·log X1 + b·log X2, with "
+                             "bootstrap 95%% intervals on both exponents (cells resampled): on an import, two of its "
+                             "group columns (e.g. N,D); on a trained sweep N (parameters) and D (tokens per point). "
+                             "Refused when the two cannot be separated (e.g. a ladder at fixed tokens per parameter)")
+    parser.add_argument("--holdout", choices=["largest"], default=None,
+                        help="leave each method's largest size out, predict its optimal LR and loss from the smaller "
+                             "ones with 95%% prediction intervals, and say whether the recorded values fall inside")
     add_format(parser)
     add_wide(parser)
     parser.add_argument("--no-write", action="store_true", help="do not write DIR/fits.json")
@@ -159,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
     root = Path(args.dir)
     results = collect(root, include_edge=args.include_edge, lr_source=args.lr_source,
                       allow_partial=args.allow_partial)
+    args.n_def = args.n_def or imported_n_def(root)
     axis = args.x or results.default_x
     targets, notes = resolve_targets(args.to, axis, args.n_def, results)
     for note in notes:
@@ -175,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{root}: --x depth: every size of this sweep has {depths.pop()} blocks (its sizes differ in "
                         "width, not depth); fit on --x params or --x compute")
     doc = build_report(results, opts)
+    add_laws(doc, args, root, results, axis)
     doc.elapsed_s = time.perf_counter() - started
     if not args.no_write:
         try:
@@ -191,7 +202,93 @@ def run(args: argparse.Namespace) -> int:
         return 0
     render(doc, written=None if args.no_write else root / FITS, lr_label=lr_label_of(root), wide=args.wide)
     render_lambada(root, wide=args.wide)
+    render_laws(doc, wide=args.wide)
     return 0
+
+
+def add_laws(doc: FitsDocument, args: argparse.Namespace, root: Path, results: Any, axis: str) -> None:
+    """`--lr-law` and `--holdout`: their sections of fits.json (`sweeper.analysis.fits.laws`)."""
+    if args.lr_law is None and args.holdout is None:
+        return
+    from sweeper.analysis.fits.laws import holdout_section, law_holdout, lr_law_section, parse_law_names  # (see `run`)
+
+    names = parse_law_names(args.lr_law) if args.lr_law is not None else None
+    if names is not None:
+        doc.lr_law = lr_law_section(root, results, names, n_def=args.n_def, resamples=args.resamples, seed=args.seed,
+                                    lr_source=args.lr_source)
+        if doc.lr_law.refused:
+            raise UserError(f"{root}: --lr-law {args.lr_law}: {doc.lr_law.refused}")
+    if args.holdout is not None:
+        doc.holdout = holdout_section(results, axis, args.n_def, args.c_def, resamples=args.resamples,  # type: ignore[arg-type]
+                                      seed=args.seed)
+        if names is not None:
+            doc.holdout.rows = doc.holdout.rows + law_holdout(root, results, names, n_def=args.n_def, resamples=args.resamples,
+                                            seed=args.seed)
+
+
+def render_laws(doc: FitsDocument, wide: bool = False) -> None:
+    """The two-variable LR law and the leave-largest-out forecasts, when asked for (tables fitted to the terminal)."""
+    from sweeper.records.layout import Col, Layout, print_layout  # (see `run`)
+    from sweeper.records.table import make_console
+
+    console = make_console()
+    law = doc.lr_law
+    if law is not None:
+        table = Layout(f"Optimal LR in two variables: log LR* = c + a·log {' + b·log '.join(law.exponents)} "
+                       f"(bootstrap: {law.bootstrap}, 95% intervals)", [
+                           Col("over", keep=True, justify="left"), Col("cells", priority=2), Col("rows", priority=3),
+                           *(Col(f"exponent of {n}", keep=True) for n in law.exponents), Col("c", priority=2),
+                           Col("resid. sd (log)", priority=3, short="resid sd")])
+        for fit in (law, law.near_optimal):
+            if fit is None:
+                continue
+            table.add_row(str(fit.over), _g(fit.n_cells), _g(fit.n_rows),
+                          *(f"{e.value:.3f} [{_g(e.ci[0], '.3f')}, {_g(e.ci[1], '.3f')}]" for e in fit.exponents.values()),
+                          f"{fit.intercept:.3f}", _g(fit.residual_sd, ".3f"))
+        print_layout(console, table, wide=wide)
+        console.print(f"{law.choice}; variables: " + "; ".join(f"{n} = {w}" for n, w in law.variables.items()),
+                      highlight=False, style="dim")
+        for warning in law.warnings + (law.near_optimal.warnings if law.near_optimal else []):
+            console.print(f"lr law: {warning}", highlight=False)
+    hold = doc.holdout
+    if hold is not None:
+        table = Layout(f"Leave-largest-out forecasts ({hold.interval})", [
+            Col("method", keep=True, justify="left"), Col("held out", keep=True, justify="left"),
+            Col("from", priority=2), Col("optimal LR: predicted [95% PI] vs recorded", keep=True, justify="left",
+                                         short="LR: predicted [PI] vs recorded"),
+            Col("loss: predicted [95% PI] vs recorded", keep=True, justify="left",
+                short="loss: predicted [PI] vs recorded")])
+        for row in hold.rows:
+            table.add_row(row.method, str(row.size), str(len(row.fitted_sizes)), _forecast(row.lr, ".3g"),
+                          _forecast(row.loss, ".4f"))
+        print_layout(console, table, wide=wide)
+        for method, why in hold.skipped.items():
+            console.print(f"holdout: {method}: {why}", highlight=False, style="dim")
+
+
+def _forecast(value: Any, spec: str) -> str:
+    if value is None or value.predicted is None:
+        return "—"
+    band = f" [{format(value.lo, spec)}, {format(value.hi, spec)}]" if value.lo is not None else " (no interval)"
+    verdict = "" if value.inside is None else " inside" if value.inside else " OUTSIDE"
+    return f"{format(value.predicted, spec)}{band} vs {format(value.recorded, spec)}{verdict}"
+
+
+def imported_n_def(root: Path) -> str:
+    """'total' for an imported sweep (its cells' params are the table's size column, as recorded), else 'nonembed'.
+    Says so on stderr: an import's x is whatever column `sweeper import --size-column` chose."""
+    from sweeper.records.manifest import read_manifest  # (see `run`)
+
+    manifest = read_manifest(root)
+    if not manifest.is_imported:
+        return "nonembed"
+    column = manifest.imported.size_column  # type: ignore[union-attr]
+    if column is None:
+        raise UserError(f"{root}: imported sweep without a size column (no group column of "
+                        f"{manifest.imported.source} holds sizes): nothing to fit against; import it again with "  # type: ignore[union-attr]
+                        "--size-column naming a numeric group column")
+    sys.stderr.write(f"imported sweep: x = the table's size column {column!r} as recorded ({manifest.imported_label})\n")
+    return "total"
 
 
 def lr_label_of(root: Path) -> tuple[str, str | None] | None:

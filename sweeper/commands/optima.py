@@ -37,6 +37,10 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument("dir", help="the sweep directory")
+    parser.add_argument("--edges", action="store_true",
+                        help="the bracket audit: list only the cells whose optimum is at an edge of the learning "
+                             "rates tried (which side, the range tried, and the LRs a bracketing search would try "
+                             "next), and the cells with no optimum (every run diverged)")
     add_format(parser, choices=("table", "csv", "json"))
     add_wide(parser)
     parser.set_defaults(func=run)
@@ -51,13 +55,16 @@ def run(args: argparse.Namespace) -> int:
     from sweeper.records.results import noise_note, optima, points_per_bracketed_cell
     from sweeper.records.table import STATUS_STYLE, fmt, make_console
 
+    if args.edges:
+        return run_edges(args)
     rows = optima(args.dir)
     average = points_per_bracketed_cell(rows)
     manifest = read_manifest(args.dir)
-    simulated = manifest.simulated_label
+    simulated = manifest.simulated_label or manifest.imported_label
     if args.format == "json":
         print(json.dumps({"name": manifest.name, "dir": str(args.dir), "cells": rows,
-                          "points_per_bracketed_cell": average, "simulated": simulated is not None},
+                          "points_per_bracketed_cell": average, "simulated": manifest.is_simulated,
+                          "imported": manifest.is_imported},
                          indent=2, default=str))
         return 0
     if args.format == "csv":
@@ -136,6 +143,53 @@ def optima_columns(counts: list[int], lambada: bool, failed: bool, seeds: bool =
     ]
 
 
+EDGE_COLUMNS = ("cell_id", "method", "size", "seed", "side", "best_lr", "best_loss", "tried_lo", "tried_hi", "n_points",
+                "ratio", "next_lrs")
+
+
+def run_edges(args: argparse.Namespace) -> int:
+    """`--edges`: the bracket audit (`sweeper.records.edges.edge_audit`)."""
+    from sweeper.records.edges import edge_audit
+    from sweeper.records.manifest import read_manifest
+    from sweeper.records.table import fmt, make_console
+
+    audit = edge_audit(args.dir)
+    manifest = read_manifest(args.dir)
+    if args.format == "json":
+        print(json.dumps({"name": manifest.name, "dir": str(args.dir), "imported": manifest.is_imported, **audit},
+                         indent=2, default=str))
+        return 0
+    if args.format == "csv":
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=list(EDGE_COLUMNS), extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        for row in audit["edges"]:
+            writer.writerow({**row, "tried_lo": row["tried"][0], "tried_hi": row["tried"][1],
+                             "next_lrs": " ".join(f"{v:.6g}" for v in row["next_lrs"])})
+        sys.stdout.write(buffer.getvalue())
+        return 0
+    from sweeper.records.layout import Col, Layout, print_layout
+
+    console = make_console()
+    title = f"{manifest.name} ({args.dir}): optima at an edge of the learning rates tried"
+    table = Layout(title, [
+        Col("method", keep=True, justify="left"), Col("size", keep=True, justify="left"), Col("seed", keep=True),
+        Col("side", keep=True, justify="left"), Col("best lr", keep=True), Col("best loss", keep=True),
+        Col("tried", priority=2, justify="left"), Col("pts", priority=3), Col("next lr", keep=True, justify="left")])
+    for r in audit["edges"]:
+        table.add_row(r["method"], r["size"], str(r["seed"]), r["side"], fmt(r["best_lr"], ".4g"),
+                      fmt(r["best_loss"], ".4f"), f"{r['tried'][0]:.4g}..{r['tried'][1]:.4g}", str(r["n_points"]),
+                      " ".join(f"{v:.4g}" for v in r["next_lrs"]))
+    print_layout(console, table, wide=args.wide)
+    console.print(f"{len(audit['edges'])} of {audit['cells_with_optimum']} optima are one-sided (low: the lowest LR "
+                  "tried is the best, high: the highest, both: one LR); next lr: what a bracketing search would try "
+                  "next (decide, stepping by the grid ratio)", highlight=False)
+    if audit["no_optimum"]:
+        console.print(f"{len(audit['no_optimum'])} cells have no optimum (every run diverged): "
+                      + ", ".join(r["cell_id"] for r in audit["no_optimum"]), highlight=False, style="dim")
+    return 0
+
+
 def loop_counts(rows: list[dict[str, Any]]) -> list[int]:
     """Every loop count some cell's best point was evaluated at, ascending (none: no column)."""
     from sweeper.core.rows import decode_loop_losses  # (see `run`)
@@ -194,7 +248,7 @@ def neighbour_text(row: dict[str, Any]) -> Any:
     from rich.text import Text  # (see `run`)
 
     if row.get("neighbour_gap") is None:
-        return "—"
+        return gaps_text(row)
     seeds = row.get("noise") == "seeds"
     se = row["seed_sd_gap"] if seeds else row["neighbour_gap_se"]
     unit = "seed sd" if seeds else "eval SE"
@@ -202,3 +256,15 @@ def neighbour_text(row: dict[str, Any]) -> Any:
     text = (f"{row['neighbour_gap']:+.4f} ({ratio:.1f} {unit})" if ratio < 100 else
             f"{row['neighbour_gap']:+.4f} (>99 {unit})")
     return Text(f"{text} within noise", style="bold yellow") if row["within_noise"] else text
+
+
+def gaps_text(row: dict[str, Any]) -> str:
+    """Without standard errors (an imported table): the loss gap to each neighbour, 'low +0.0120 · high diverged';
+    'edge' on a side with none tried; '—' without a best point."""
+    if row.get("best_lr") is None:
+        return "—"
+    parts = []
+    for side in ("low", "high"):
+        state, gap = row.get(f"{side}_state"), row.get(f"{side}_gap")
+        parts.append(f"{side} " + ("edge" if state is None else f"{gap:+.4f}" if gap is not None else str(state)))
+    return " · ".join(parts)

@@ -25,6 +25,7 @@ COMMANDS = [
     "compare",
     "export",
     "replay",
+    "import",
     "fit",
     "track",
     "dashboard",
@@ -34,6 +35,8 @@ COMMANDS = [
     "data",
     "completion",
 ]
+
+MODULES = {"import": "import_table"}  # `import` is a keyword: its module is named otherwise
 
 
 class _Parser(argparse.ArgumentParser):
@@ -51,9 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
         try:
-            module = importlib.import_module(f"sweeper.commands.{name}")
+            module = importlib.import_module(f"sweeper.commands.{MODULES.get(name, name)}")
         except ModuleNotFoundError as exc:
-            if exc.name == f"sweeper.commands.{name}":
+            if exc.name == f"sweeper.commands.{MODULES.get(name, name)}":
                 continue  # command not built yet
             raise
         module.register(sub)

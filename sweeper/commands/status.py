@@ -43,6 +43,8 @@ def run(args: argparse.Namespace) -> int:
         from sweeper.records.ledger import OptunaLedger, storage_url  # Optuna (a second): for a repair only
         from sweeper.records.repair import rebuild_store
 
+        if manifest.is_imported:
+            raise manifest.no_ledger(args.dir, "nothing to rebuild the store from (import the table again)")
         url = manifest.ledger
         if not url:
             raise UserError(f"{args.dir}: the manifest names no ledger; nothing to rebuild from")
@@ -117,7 +119,7 @@ def _parts(sweep_dir: str, manifest: Manifest) -> tuple[list[Any], Any]:
     if last is not None and last.wall_seconds is not None:
         tail = f" · last launch: wall {last.wall_seconds:.0f} s, training {last.train_seconds or 0:.0f} s summed"
     head = Text(f"{manifest.name} ({sweep_dir}): {counts_line(status_counts(rows))} · {when}{tail}", style="bold")
-    label = manifest.simulated_label
+    label = manifest.simulated_label or manifest.imported_label
     if label:
         head.append(f"\n{label}", style="bold yellow")
     parts: list[Any] = [head]

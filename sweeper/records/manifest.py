@@ -5,7 +5,8 @@ is refused), the sweep's name, where its ledger is, the corpus fingerprint and t
 entropy, the compatibility key of the shared settings and, per cell, its facts, settings
 fingerprint and recipe (`CellEntry`: what a relaunch may not change), the scaling axis, the
 stall margin, the command-line overrides, the last Tune run (`TuneRun`), every launch with its
-summary (`Launch`) and, for a simulated sweep, its surface (`SimulatedEntry`).
+summary (`Launch`), for a simulated sweep its surface (`SimulatedEntry`) and, for a sweep read from a
+table of recorded runs (`sweeper import`), where it came from (`ImportedEntry`).
 
 `read_manifest` and `write_manifest` are its only reader and writer. The JSON is the one the
 untyped writers wrote (same keys, same values: see `sweeper.records.document.Record`), so sweep
@@ -91,6 +92,36 @@ class SimulatedEntry(Record):
     pool: dict[str, Any] = Field(default_factory=dict)
 
 
+class ImportedEntry(Record):
+    """Where an imported sweep's results came from (`sweeper import`): the table (its path as given and
+    resolved, format, SHA-256 of its bytes, rows), the columns used, the rules applied to it, when, and
+    each cell's group values (`groups`: cell id -> {column: value}, as the table holds them)."""
+
+    source: str | None = None
+    path: str | None = None  # resolved, absolute
+    format: str | None = None  # csv or parquet
+    sha256: str | None = None
+    rows: Int | None = None
+    group_columns: list[str] = Field(default_factory=list)
+    lr_column: str | None = None
+    loss_column: str | None = None
+    size_column: str | None = None  # the fits' x (None: no numeric group column)
+    method_columns: list[str] = Field(default_factory=list)  # the group columns that name a cell's method
+    duplicates: str | None = None
+    merged: Int | None = None
+    missing_loss: str | None = None
+    dropped: Int | None = None
+    diverged_rule: str | None = None
+    diverged_above: Number | None = None
+    n_diverged: Int | None = None
+    grid_ratio: Number | None = None
+    on_grid: bool | None = None
+    imported_at: Number | None = None  # unix seconds
+    imported_date: str | None = None  # ISO 8601, UTC
+    version: str | None = None  # layerrope-sweeper's
+    groups: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
 class LaunchSimulation(SimulatedEntry):
     """A simulated launch's surface and how its virtual pool was used (`sweeper.sim.simulation.GpuProbe.figures`)."""
 
@@ -163,13 +194,14 @@ class Manifest(Record):
     unigram_entropy: DataEntropy | None = None
     cells: dict[str, CellEntry] = Field(default_factory=dict)
     compat_key: str | None = None
-    x: str | None = None  # depth, loops or params: what the fits and dashboards put on the x axis
+    x: str | None = None  # depth, loops, params, or size (an import's size column): the fits' and dashboards' x axis
     keep_weights: str | None = None
     stall_margin: Number | None = None
     overrides: list[str] = Field(default_factory=list)
     tune: TuneRun | None = None
     launches: list[Launch] = Field(default_factory=list)
     simulated: SimulatedEntry | None = None
+    imported: ImportedEntry | None = None
 
     def name_or(self, sweep_dir: str | os.PathLike[str]) -> str:
         """The sweep's name, or the directory's when the manifest names none."""
@@ -178,6 +210,25 @@ class Manifest(Record):
     @property
     def is_simulated(self) -> bool:
         return self.simulated is not None and bool(self.simulated.to_json())
+
+    @property
+    def is_imported(self) -> bool:
+        """Recorded runs read from a table by `sweeper import`: nothing to relaunch, no ledger, no weights."""
+        return self.imported is not None and bool(self.imported.to_json())
+
+    @property
+    def imported_label(self) -> str | None:
+        """'IMPORTED from TABLE: recorded runs, not trained here' for an imported sweep, else None."""
+        if not self.is_imported:
+            return None
+        return f"IMPORTED from {self.imported.source}: recorded runs, not trained here"  # type: ignore[union-attr]
+
+    def no_ledger(self, sweep_dir: str | os.PathLike[str], what: str) -> UserError:
+        """The one line every command that needs a ledger, trained weights or a relaunch says on an imported
+        sweep: `what` says what cannot be done, and what to do instead."""
+        source = self.imported.source if self.imported is not None else "a table"
+        return UserError(f"{sweep_dir}: imported sweep: no ledger: {what} (its results were read from {source} by "
+                         "`sweeper import`)")
 
     @property
     def loop_axis(self) -> bool:

@@ -17,6 +17,7 @@ from typing import Any
 
 import polars as pl
 
+from sweeper.records.edges import neighbour_fields
 from sweeper.records.fold import current_points
 from sweeper.records.noise import NOISE_SES, closest_neighbour
 from sweeper.records.seed_noise import add_seed_noise
@@ -81,6 +82,7 @@ def optima(sweep_dir: str | Path) -> list[dict[str, Any]]:
             # a cell with no ok point keeps its stalled points' lowest loss (never an optimum: marked stalled)
             "stalled_loss": min(stalled) if stalled and best_row is None else None,
         }
+        row.update(neighbour_fields([p for p in pts if p.state.is_finished], best_row))  # edge side, gaps
         rows.append((cell_order({**row, "loops": facts.loops}), row))
     out = [row for _, row in sorted(rows, key=lambda item: item[0])]
     add_seed_noise(out, losses)

@@ -93,6 +93,9 @@ def check_output_dir(plan: Plan) -> Manifest | None:
             raise UserError(f"{path}: exists, is not empty and is not a sweep directory; choose another output (--out)")
         return None
     manifest = read_manifest(path)
+    if manifest.is_imported:
+        raise manifest.no_ledger(path, "nothing to relaunch, and recorded results are never mixed with trained "
+                                 "ones; give another output (--out)")
     check_compatible(plan, manifest)
     return manifest
 

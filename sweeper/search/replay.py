@@ -111,18 +111,32 @@ def load_table(
     tolerance: float = DEFAULT_TOLERANCE,
     duplicates: str = DEFAULT_DUPLICATES,
     missing_loss: str = "error",
+    **rules: Any,
 ) -> RecordedTable:
-    """Read and check a recorded table (CSV). Raises UserError with one line per problem."""
+    """Read and check a recorded table (CSV, or Parquet by its suffix: `read_frame`). Raises UserError
+    with one line per problem. `rules`: `table_from_frame`'s keyword options."""
     label = str(path)
+    return table_from_frame(read_frame(path), group_columns, lr_column, loss_column, source=label,
+                            tolerance=tolerance, duplicates=duplicates, missing_loss=missing_loss, **rules)
+
+
+PARQUET_SUFFIXES = (".parquet", ".pq")
+
+
+def read_frame(path: str | Path) -> pl.DataFrame:
+    """A table file as a frame: Parquet when its name ends in .parquet or .pq, else CSV (every row read
+    before the column types are chosen). UserError (one line) when it is missing or does not read."""
+    label = str(path)
+    parquet = Path(path).suffix.lower() in PARQUET_SUFFIXES
     try:
-        frame = pl.read_csv(path, infer_schema_length=None)
+        return pl.read_parquet(path) if parquet else pl.read_csv(path, infer_schema_length=None)
     except FileNotFoundError:
         raise UserError(f"{label}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{label}: a directory, not a table file") from None
     except (pl.exceptions.PolarsError, OSError, UnicodeDecodeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"{label}: not a readable CSV table ({first})") from None
-    return table_from_frame(frame, group_columns, lr_column, loss_column, source=label, tolerance=tolerance,
-                            duplicates=duplicates, missing_loss=missing_loss)
+        raise UserError(f"{label}: not a readable {'Parquet' if parquet else 'CSV'} table ({first})") from None
 
 
 def table_from_frame(
@@ -135,13 +149,22 @@ def table_from_frame(
     tolerance: float = DEFAULT_TOLERANCE,
     duplicates: str = DEFAULT_DUPLICATES,
     missing_loss: str = "error",
+    diverged: bool = False,
+    diverged_above: float | None = None,
+    require_grid: bool = True,
 ) -> RecordedTable:
     """Check a recorded table and split it into groups (see `load_table`).
 
     Several runs of one group at one learning rate (within `tolerance`) are resolved by
     `duplicates` (`DUPLICATE_RULES`): `min` keeps the lowest loss, `mean` averages them, `error`
     refuses the table, naming the columns that would tell the runs apart. Runs without a finite
-    loss are refused, or left out and counted with `missing_loss="drop"` (`MISSING_RULES`)."""
+    loss are refused, or left out and counted with `missing_loss="drop"` (`MISSING_RULES`).
+
+    `diverged` (what `sweeper import` reads): a NaN or infinite loss is a diverged run instead, and so is
+    a loss above `diverged_above`; both are kept as +inf, worse than any finite loss (`min` keeps a
+    finite run over a diverged one, `mean` of runs one of which diverged is diverged). Only an empty
+    loss is then missing. `require_grid=False` accepts learning rates off one geometric grid (the ratio
+    is then the median step between neighbouring recorded LRs, 2 when no group holds two)."""
     if duplicates not in DUPLICATE_RULES:
         raise UserError(f"--duplicates {duplicates}: must be one of {', '.join(DUPLICATE_RULES)}")
     if missing_loss not in MISSING_RULES:
@@ -154,6 +177,10 @@ def table_from_frame(
                         f"{', '.join(missing)} (the table has: {have})")
     if not group_columns:
         raise UserError(f"{source}: name at least one group column (--group)")
+    both = [c for c in (lr_column, loss_column) if c in group_columns]
+    if both:
+        raise UserError(f"{source}: --group {','.join(group_columns)}: {', '.join(both)} is the learning-rate or loss "
+                        "column, not a group column")
     if frame.height == 0:
         raise UserError(f"{source}: the table has no rows")
     problems: list[str] = []
@@ -166,13 +193,18 @@ def table_from_frame(
                             f"non-finite or non-positive learning rate (first: data row {bad[0] + 1}, value "
                             f"{_show(lr[bad[0]])}); learning rates must be positive")
     dropped: set[int] = set()
+    if loss is not None and diverged:  # NaN, ±inf and losses above the threshold: diverged runs, kept as +inf
+        loss = [v if v is None or (math.isfinite(v) and (diverged_above is None or v <= diverged_above))
+                else math.inf for v in loss]
+    unusable = (lambda v: v is None) if diverged else (lambda v: v is None or not math.isfinite(v))
     if loss is not None and missing_loss == "drop":
-        dropped = {i for i, v in enumerate(loss) if v is None or not math.isfinite(v)}
+        dropped = {i for i, v in enumerate(loss) if unusable(v)}
     elif loss is not None:
-        bad = [i for i, v in enumerate(loss) if v is None or not math.isfinite(v)]
+        bad = [i for i, v in enumerate(loss) if unusable(v)]
         if bad:
-            problems.append(f"{source}: column {loss_column}: {len(bad)} row{'s' if len(bad) > 1 else ''} with a "
-                            f"missing, NaN or infinite loss (first: data row {bad[0] + 1}, value {_show(loss[bad[0]])}); "
+            what = "an empty" if diverged else "a missing, NaN or infinite"
+            problems.append(f"{source}: column {loss_column}: {len(bad)} row{'s' if len(bad) > 1 else ''} with "
+                            f"{what} loss (first: data row {bad[0] + 1}, value {_show(loss[bad[0]])}); "
                             "drop those runs or record a finite loss")
     if problems:
         if len(problems) == 1:
@@ -205,7 +237,7 @@ def table_from_frame(
                                     losses=tuple(losses)))
     if not groups:
         raise UserError(f"{source}: every run lacks a finite {loss_column}: nothing to replay")
-    ratio = grid_ratio(groups, source=source)
+    ratio = grid_ratio(groups, source=source) if require_grid else median_ratio(groups)
     return RecordedTable(source, tuple(group_columns), tuple(groups), ratio, frame.height, merged, len(dropped))
 
 
@@ -266,6 +298,13 @@ def grid_ratio(groups: Iterable[RecordedGroup], *, source: str = "table") -> flo
             f"is not a whole power of the smallest step ×{math.exp(base):.4g}")
     whole = [round(m) for m in multiples]
     return math.exp(sum(steps) / sum(whole))  # the least-squares ratio through every step
+
+
+def median_ratio(groups: Iterable[RecordedGroup]) -> float:
+    """The median step between neighbouring recorded LRs of a group, on or off a geometric grid (2 when
+    no group holds two learning rates)."""
+    steps = [b / a for g in groups for a, b in zip(g.lrs, g.lrs[1:])]
+    return float(statistics.median(steps)) if steps else 2.0
 
 
 # -- replaying ----------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from models import count_params, named_config
+from models.families.looped import loop_settings
 from sweeper.cli import main
 from sweeper.core.errors import UserError
 from sweeper.search.planner import build_plan
@@ -43,7 +44,8 @@ def test_study_sweeps_plan():
     cell = plan.by_id()["layerrope/parcae-370M/s0"]
     assert cell.family == "looped" and cell.depth == 12 and cell.x == cell.params
     extra = cell.model.extra
-    assert (extra["prelude"], extra["core"], extra["coda"], extra["mean_loops"], extra["backprop_loops"]) == (4, 4, 4, 8, 4)
+    loops = loop_settings(cell.model)  # the family's defaults filled in (Parcae's mean 8, gradients through 4)
+    assert (loops.prelude, loops.core, loops.coda, loops.mean_loops, loops.backprop_loops) == (4, 4, 4, 8, 4)
     baseline = build_plan(load_sweep(ROOT / "sweeps" / "parcae-baseline.yaml").config, output="/tmp/unused")
     gpt = baseline.by_id()["layerrope/parcae-370M-gpt/s0"]
     assert gpt.family == "llama" and gpt.params == cell.params - (1024 * 1024 + 3 * 1024)

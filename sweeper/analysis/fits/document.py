@@ -7,7 +7,8 @@ per method (`MethodSection`) the fitted sizes, the recipe, the loss fit `E + A·
 (`LossFitSection`: estimates with their intervals, the dense curve and band, the predictions at
 the targets, the leave-largest-out check, the plain log-log power law), the optimal-LR law
 (`PowerLawSection`), the compute exponent and its fit, the LR sensitivity per size; the
-shared-E fits (`SharedESection`, with `--shared-e`); the ranking; the warnings.
+shared-E fits (`SharedESection`, with `--shared-e`); the ranking; the warnings; the two-variable LR
+law and the leave-largest-out forecasts when asked (`sweeper.analysis.fits.document_laws`).
 
 `load_fits` and `write_fits` are its only reader and writer. Every number is a `Number`: the
 builder's values, counts included, are written as they come (an int stays an int, a numpy
@@ -26,6 +27,7 @@ from typing import Any
 
 from pydantic import Field
 
+from sweeper.analysis.fits.document_laws import HoldoutSection, LRLawSection
 from sweeper.core.errors import UserError
 from sweeper.records.document import JsonValue, Number, Record
 from sweeper.records.durable import write_json_atomic
@@ -358,6 +360,8 @@ class FitsDocument(Record):
     ranking: list[RankRow] = Field(default_factory=list)
     ranking_note: str | None = None  # how the ranking's compute exponents were fitted (a shared E)
     warnings: list[str] = Field(default_factory=list)
+    lr_law: LRLawSection | None = None  # `--lr-law X1,X2` (sweeper.analysis.fits.document_laws)
+    holdout: HoldoutSection | None = None  # `--holdout largest`
 
     def ranked(self) -> list[RankRow]:
         """The ranking, first place first (rows without a rank last, in their order)."""
