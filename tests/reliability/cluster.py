@@ -108,3 +108,38 @@ def two_nodes(env: dict[str, str], second_env: dict[str, str] | None = None) -> 
         yield f"127.0.0.1:{port}", temp_dir
     finally:
         stop_groups(groups)
+
+
+def processes() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, command line) of every process (from `ps`, no extra dependency)."""
+    out = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout
+    table = {}
+    for line in out.splitlines():
+        parts = line.split(None, 2)
+        if len(parts) == 3:
+            table[int(parts[0])] = (int(parts[1]), parts[2])
+    return table
+
+
+def ancestors(pid: int, table: dict[int, tuple[int, str]]) -> list[int]:
+    chain = []
+    while pid in table and pid > 1 and len(chain) < 50:
+        pid = table[pid][0]
+        chain.append(pid)
+    return chain
+
+
+def raylets(temp_dir: Path) -> dict[int, str]:
+    """pid -> command line of the raylets of the cluster whose temp dir is `temp_dir` (not another test's Ray)."""
+    return {pid: cmd for pid, (_, cmd) in processes().items() if "raylet/raylet" in cmd and str(temp_dir) in cmd}
+
+
+def place_trials(placed: dict[int, int], nodes: dict[int, str]) -> None:
+    """Record in `placed` each running trial actor (Tune's function trainable) -> the raylet of `nodes` that
+    started it."""
+    table = processes()
+    for pid, (_, cmd) in table.items():
+        if cmd.startswith("ray::ImplicitFunc") and pid not in placed:
+            ours = [a for a in ancestors(pid, table) if a in nodes]
+            if ours:
+                placed[pid] = ours[0]

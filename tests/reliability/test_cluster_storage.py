@@ -2,7 +2,8 @@
 S3-compatible server (moto's, started here), the sweep's storage (`ray.storage: s3://...`).
 
 - `sweeper doctor --address` checks both nodes: each writes, reads back and deletes a marker in the bucket;
-- `sweeper launch --address` trains on the second node: Tune's runs and results, the trials' checkpoints,
+- `sweeper launch --address` trains on the second node (every trial process was started by its raylet,
+  none by the head's): Tune's runs and results, the trials' checkpoints,
   the best weights and the unigram cache all land in the bucket (listed while it runs and after);
   finished trials' checkpoints are deleted from it;
 - a trial SIGKILLed mid-run on the second node resumes from its checkpoint in the bucket (the step it
@@ -29,7 +30,7 @@ import pytest
 
 from sweeper.records.store import load_curves, load_points
 
-from .cluster import listing, s3, s3_server, two_nodes
+from .cluster import listing, place_trials, raylets, s3, s3_server, two_nodes
 from .conftest import Driver, cli_cmd, fired, ledger_trials, objectives, optima_cells, wait_for
 
 pytestmark = pytest.mark.slow
@@ -73,7 +74,10 @@ def test_a_sweep_on_two_nodes_keeps_everything_in_s3(tmp_path, fault_plan, drive
         driver_env = {**aws, "RAY_AUTH_MODE": "token", "LAYERROPE_SWEEPER_CACHE": str(tmp_path / "cache-driver"),
                       "LAYERROPE_SWEEPER_UNIGRAM_LOG": str(scans)}
         fs = s3(aws)
-        with two_nodes(head, second) as (address, _):
+        with two_nodes(head, second) as (address, temp_dir):
+            nodes = raylets(temp_dir)
+            assert len(nodes) == 2, nodes
+            second_raylet = next(pid for pid, cmd in nodes.items() if "second_node" in cmd)
             started = time.time()
             doctor = subprocess.run(cli_cmd("doctor", "--address", address, "--storage", f"s3://{BUCKET}/sweeps",
                                             "--format", "json"), capture_output=True, text=True, timeout=300,
@@ -90,9 +94,11 @@ def test_a_sweep_on_two_nodes_keeps_everything_in_s3(tmp_path, fault_plan, drive
             driver = Driver(yaml, address, tmp_path / "logs", env=driver_env)
             drivers.append(driver)
             seen: set[str] = set()
+            placed: dict[int, int] = {}  # trial process -> the raylet that started it
             killed_at = None
             while driver.running:
                 seen.update(listing(fs, f"{BUCKET}/sweeps/s3sweep"))
+                place_trials(placed, nodes)
                 hang = [f for f in fired(log) if f["kind"] == "hang"]
                 if hang and killed_at is None:
                     os.kill(hang[0]["pid"], signal.SIGKILL)
@@ -111,6 +117,9 @@ def test_a_sweep_on_two_nodes_keeps_everything_in_s3(tmp_path, fault_plan, drive
 
     sweep = tmp_path / "s3sweep"
     assert summary["counts"] == {"bracketed": 1}, summary
+    # the trials were pinned to the second node (its custom resource): the head's raylet started none
+    assert placed, "no trial process was seen"
+    assert set(placed.values()) == {second_raylet}, placed
     assert summary["storage"] == f"s3://{BUCKET}/sweeps"
     points = load_points(sweep).sort("seq").group_by("point_id").last()
     state = dict(zip(points["point_id"].to_list(), points["state"].to_list()))

@@ -16,10 +16,11 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
+
 import polars as pl
 import pytest
 
-from sweeper.cli import main
 from sweeper.records.store import load_curves, load_points
 
 from .conftest import Driver, fired, ledger_trials, objectives, optima_json, wait_for, write_sweep
@@ -33,11 +34,13 @@ CELL = "pre/L1/s0"
 PERMANENT, TRANSIENT, HUNG = f"{CELL}/lr=0.003", f"{CELL}/lr=0.01", f"{CELL}/lr=0.03"
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(ray_session: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("worker-reference")
-    assert main(["launch", str(write_sweep(folder, "workers", **WORKER_SWEEP)), "--json"]) == 0
-    return folder / "workers"
+@pytest.fixture()
+def uninterrupted(reference_run: dict[str, Any]) -> Path:
+    """The same cell without faults: the session's reference run has it (`pre/L1/s0` of the kill test's sweep:
+    the same model, data, seed, steps and learning-rate grid, one LR per trial), and a cell's points and
+    objectives depend on that cell alone."""
+    assert "pre/L1/s0" in load_points(reference_run["dir"])["cell_id"].to_list()
+    return reference_run["dir"]
 
 
 def test_killed_hung_and_crashing_trials(ray_session, tmp_path, uninterrupted, fault_plan, drivers, figures, capsys):

@@ -35,10 +35,18 @@ def spec(depth: int = 2, lrs: tuple[float, ...] = (2e-3, 2e-2), **train: object)
                      divergence=NO_STALL)
 
 
-def train_losses(trial: Trial) -> list[list[float | None]]:
-    """Every step's training loss per member (report_every=1), then the final evaluation losses."""
+def train_losses(trial: Trial, graphs_seen: list[int] | None = None) -> list[list[float | None]]:
+    """Every step's training loss per member (report_every=1), then the final evaluation losses. `graphs_seen`:
+    the number of graphs Dynamo has compiled, read at each training step's report (steps 1 to steps-1; the last
+    report comes after the final evaluation)."""
     reports = []
-    results = trial.run(report=reports.append)
+
+    def report(r) -> None:
+        reports.append(r)
+        if graphs_seen is not None and not r.done:
+            graphs_seen.append(graphs())
+
+    results = trial.run(report=report)
     return [[m.train_loss for m in r.members] for r in reports] + [[r.loss for r in results]]
 
 
@@ -47,33 +55,20 @@ def graphs() -> int:
 
 
 def test_compiled_trial_matches_eager_one_graph_per_block_kind_and_no_recompiles() -> None:
+    """One compiled run of a depth-6 model against the eager one, step by step, counting Dynamo's graphs at every
+    step: one graph for the 6 blocks (regional compilation: compile work does not grow with depth) and one for the
+    optimizer update, from the first step on; the LR changes at every step (warmup, then cosine) and nothing
+    recompiles, since LRs and bias corrections are tensors."""
+    eager = train_losses(Trial(spec(depth=6)))
     torch._dynamo.reset()
     counters.clear()
-    compiled = Trial(spec(depth=3, compile=True))
-    compiled.train_step()
-    compiled.step += 1
-    after_first = graphs()
-    # One graph for the 3 blocks (regional compilation) and one for the optimizer update.
-    assert after_first == 2
-    for _ in range(5):  # warmup then cosine: the LR changes at every step
-        compiled.train_step()
-        compiled.step += 1
-    assert graphs() == after_first  # LRs and bias corrections are tensors: nothing recompiled
+    seen: list[int] = []
+    fast = train_losses(Trial(spec(depth=6, compile=True)), seen)
+    assert len(seen) == 9 and seen == [2] * 9, seen
     assert counters["stats"]["calls_captured"] > 0
-
-    # The whole compiled run against the eager one, step by step.
-    torch._dynamo.reset()
-    eager, fast = train_losses(Trial(spec(depth=3))), train_losses(Trial(spec(depth=3, compile=True)))
     assert len(eager) == len(fast) == 11
     for step, (a, b) in enumerate(zip(eager, fast)):
         assert b == pytest.approx(a, abs=2e-5, rel=1e-5), step
-
-    # A deeper model compiles the same two graphs: compile work does not grow with depth.
-    torch._dynamo.reset()
-    counters.clear()
-    deeper = Trial(spec(depth=6, compile=True))
-    deeper.train_step()
-    assert graphs() == 2
     torch._dynamo.reset()
 
 
@@ -104,16 +99,12 @@ def test_compiled_muon_matches_eager_and_never_recompiles() -> None:
     """Muon + AdamW compiled (FlatStackedMuon's update, batched Newton-Schulz included, as one graph): the LR
     schedule and the weight decay's schedule move at every step of the cooldown without recompiling, and the
     run matches the eager one to rounding that bfloat16 Newton-Schulz amplifies (losses: measured 2.1e-4)."""
+    eager = train_losses(Trial(spec(optimizer=MUON, schedule=WSD)))
     torch._dynamo.reset()
     counters.clear()
-    compiled = Trial(spec(compile=True, optimizer=MUON, schedule=WSD))
-    for _ in range(compiled.steps):
-        compiled.train_step()
-        compiled.step += 1
-    assert graphs() == 2  # the blocks' graph and the optimizer's
-    torch._dynamo.reset()
-    eager = train_losses(Trial(spec(optimizer=MUON, schedule=WSD)))
-    fast = train_losses(Trial(spec(compile=True, optimizer=MUON, schedule=WSD)))
+    seen: list[int] = []
+    fast = train_losses(Trial(spec(compile=True, optimizer=MUON, schedule=WSD)), seen)
+    assert len(seen) == 9 and seen == [2] * 9, seen  # the blocks' graph and the optimizer's, from the first step
     for step, (a, b) in enumerate(zip(eager, fast)):
         assert b == pytest.approx(a, abs=2e-3), step
     torch._dynamo.reset()

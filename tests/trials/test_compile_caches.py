@@ -1,15 +1,15 @@
-"""Compile caches that cannot fail a trial (`trials.compiled`): one process trains 6 configurations in a
+"""Compile caches that cannot fail a trial (`trials.compiled`): one process trains 5 configurations in a
 row with `compile: true`, as a reused Ray actor does: a stack shrinking from 8 members to 1 by drops, then
-another scheme at another depth, shrinking too. Dynamo is never reset between them (nor before: whatever
+another scheme at another depth. Dynamo is never reset between them (nor before: whatever
 earlier tests compiled in this process stays). With one shared cache per code object the optimizer's
 `fullgraph` update raised `FailOnRecompileLimitHit` at the 9th layout (Dynamo's default limit, 8) and the
 blocks ran eagerly past theirs.
 
-Six are enough to catch that bug: each optimizer layout is one cache entry under a limit of
+Five are enough to catch that bug: each optimizer layout is one cache entry under a limit of
 `OPTIMIZER_RECOMPILE_LIMIT` (4), so with the private copies removed (`private_copy` returning its
 argument) this test fails at the 5th configuration (measured: `FailOnRecompileLimitHit` on the first
 step of layerrope/L2/K2). Each configuration compiles new graphs (~15 s of two cores with a cold
-inductor cache), so the test trains no more of them than that needs, plus one.
+inductor cache), so the test trains no more of them than that needs: the 5th is the one that fails.
 
 The counter: the profiler's "Torch-Compiled Region" events of one training step, which only compiled code
 records. A step of a depth-L model must show L compiled block calls and one compiled optimizer update; an
@@ -32,14 +32,14 @@ from trials.config import DataConfig, EvalConfig, LambadaConfig, OptimizerConfig
 from trials.spec import TrialSpec
 from trials.train import Trial
 
-pytestmark = pytest.mark.slow  # six configurations compiled: about a minute and a half on two cores
+pytestmark = pytest.mark.slow  # five configurations compiled: over a minute on two cores
 
 SYNTH = DataConfig(source="synthetic", synthetic_vocab=32, synthetic_tokens=4096)
 
 # (scheme, depth, stack sizes the trial goes through: the first at build, the others by drops)
 TRIALS = [
     ("pre", 1, [8, 4, 2, 1]),
-    ("layerrope", 2, [2, 1]),
+    ("layerrope", 2, [2]),
 ]
 
 
@@ -64,7 +64,7 @@ def drop_to(trial: Trial, stack: int) -> None:
     assert len(trial.slots) == stack
 
 
-def test_six_configurations_in_one_process_all_run_compiled() -> None:
+def test_five_configurations_in_one_process_all_run_compiled() -> None:
     seen = []
     started = time.perf_counter()
     for scheme, depth, stacks in TRIALS:
@@ -78,9 +78,9 @@ def test_six_configurations_in_one_process_all_run_compiled() -> None:
             trial.step += 1
             seen.append((scheme, depth, stack, regions))
             assert regions == depth + 1, seen  # every block and the optimizer update ran compiled
-    assert len(seen) == 6
+    assert len(seen) == 5
     assert compiled_regions(trial.evaluate) == 2  # the last trial's depth-2 blocks, no gradients
-    print(f"6 configurations in {time.perf_counter() - started:.1f} s")
+    print(f"5 configurations in {time.perf_counter() - started:.1f} s")
 
 
 @pytest.mark.slow

@@ -1,8 +1,8 @@
 """End-to-end sweeps with real Ray, the real trial trainable, a real ledger and store.
 
 Tiny models on the built-in corpus keep each sweep to seconds of training; Ray's start-up
-is paid once per session (`ray_session`), except by the two-node test, which starts its
-own two-node cluster and stops exactly the processes it started.
+is paid once per session (`ray_session`). Trials placed on a second raylet of a two-node cluster:
+tests/reliability/test_cluster_storage.py (the cluster it starts for its S3 sweep).
 
 Two small sweeps (absurd learning rates, a cell that stalls: one cell, seconds of training each) are not
 marked slow: with them the fast lane (`-m "not slow"`) still launches a real sweep on real Ray.
@@ -14,7 +14,6 @@ import json
 import os
 import pickle
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -280,99 +279,3 @@ def test_a_run_state_tune_cannot_restore_starts_a_new_tune_run(ray_session, tmp_
     after = load_points(sweep)
     kept = finished.join(after, on="point_id", suffix="_after")
     assert kept.height == finished.height and (kept["objective"] == kept["objective_after"]).all()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _start_node(args: list[str], env: dict[str, str], groups: list[int]) -> None:
-    """`ray start ...` in a new session: its daemons stay in that process group, which is recorded."""
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    groups.append(proc.pid)
-    _, err = proc.communicate(timeout=180)
-    assert proc.returncode == 0, err[-2000:]
-
-
-def _stop_groups(groups: list[int]) -> None:
-    """Stop exactly the node processes this test started: their own process groups."""
-    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
-        for group in groups:
-            try:
-                os.killpg(group, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.time() + wait
-        while time.time() < deadline and any(_group_alive(g) for g in groups):
-            time.sleep(0.2)
-
-
-def _group_alive(group: int) -> bool:
-    try:
-        os.killpg(group, 0)
-        return True
-    except ProcessLookupError:
-        return False
-
-
-def _processes() -> dict[int, tuple[int, str]]:
-    """pid -> (parent pid, command line) of every process (from `ps`, no extra dependency)."""
-    out = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout
-    table = {}
-    for line in out.splitlines():
-        parts = line.split(None, 2)
-        if len(parts) == 3:
-            table[int(parts[0])] = (int(parts[1]), parts[2])
-    return table
-
-
-def _ancestors(pid: int, table: dict[int, tuple[int, str]]) -> list[int]:
-    chain = []
-    while pid in table and pid > 1 and len(chain) < 50:
-        pid = table[pid][0]
-        chain.append(pid)
-    return chain
-
-
-@pytest.mark.slow
-def test_two_node_cluster_places_trials_on_the_second_node(tmp_path):
-    temp_dir = Path("/tmp") / f"rsw-{os.getpid()}"  # short: Ray's socket paths are length-limited
-    port = _free_port()
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token"}
-    ray_bin = str(Path(sys.executable).with_name("ray"))
-    groups: list[int] = []
-    try:
-        _start_node([ray_bin, "start", "--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=false",
-                     f"--temp-dir={temp_dir}", "--disable-usage-stats"], env, groups)
-        _start_node([ray_bin, "start", f"--address=127.0.0.1:{port}", "--num-cpus=2",
-                     '--resources={"second_node": 4}'], env, groups)
-        path = tiny_yaml(tmp_path, "cluster", methods="[pre]", depths="[1]", steps=30,
-                         resources="{cpu: 1, custom: {second_node: 1}}", concurrency=2)
-        raylets = {pid: cmd for pid, (_, cmd) in _processes().items()
-                   if "raylet/raylet" in cmd and str(temp_dir) in cmd}
-        assert len(raylets) == 2, raylets
-        second = next(pid for pid, cmd in raylets.items() if "second_node" in cmd)
-        launch = subprocess.Popen([sys.executable, "-m", "sweeper.cli", "launch", str(path), "--address",
-                                   f"127.0.0.1:{port}", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True, env=env)
-        # While it runs, find the trial actors (Tune's function trainables) and the raylet that started each.
-        placed: dict[int, int] = {}
-        while launch.poll() is None:
-            table = _processes()
-            for pid, (_, cmd) in table.items():
-                if cmd.startswith("ray::ImplicitFunc") and pid not in placed:
-                    ours = [a for a in _ancestors(pid, table) if a in raylets]  # not another test's Ray
-                    if ours:
-                        placed[pid] = ours[0]
-            time.sleep(0.1)
-        out, err = launch.communicate()
-        assert launch.returncode == 0, err[-3000:]
-        assert json.loads(out)["counts"] == {"bracketed": 1}
-        assert placed, "no trial process was seen"
-        assert set(placed.values()) == {second}, placed
-        assert load_points(tmp_path / "cluster")["state"].is_in(["ok", "diverged"]).all()
-    finally:
-        _stop_groups(groups)

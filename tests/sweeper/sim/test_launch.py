@@ -133,6 +133,7 @@ methods:
 """
 
 
+@pytest.mark.slow  # two simulated sweeps, each starting its own Ray in a subprocess: ~50 s on two cores
 def test_ray_packs_fractions_onto_one_gpu_and_spread_placement_uses_the_pool(tmp_path):
     """Real Ray on a virtual pool of 2 GPUs (its own, in a subprocess): four 0.125-GPU first trials land on
     one GPU as declared (Ray's best fit), on both with `placement: spread`; the busy log and `status
