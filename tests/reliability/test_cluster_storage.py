@@ -96,7 +96,9 @@ def test_a_sweep_on_two_nodes_keeps_everything_in_s3(tmp_path, fault_plan, drive
             seen: set[str] = set()
             placed: dict[int, int] = {}  # trial process -> the raylet that started it
             killed_at = None
+            deadline = time.time() + 900  # a driver that stops making progress fails the test, never hangs the suite
             while driver.running:
+                assert time.time() < deadline, f"the sweep did not finish in 900 s; logs in {tmp_path / 'logs'}"
                 seen.update(listing(fs, f"{BUCKET}/sweeps/s3sweep"))
                 place_trials(placed, nodes)
                 hang = [f for f in fired(log) if f["kind"] == "hang"]

@@ -159,7 +159,9 @@ def test_ray_packs_fractions_onto_one_gpu_and_spread_placement_uses_the_pool(tmp
         optima[placement] = {c["cell_id"]: c["best_lr"] for c in status["cells"]}
         assert not list((out / "simulation" / "devices").glob("*.json"))  # every trial left its GPU
     assert figures["pack"][0] == [0, 0, 0, 0]
-    assert sorted(figures["spread"][0]) == [0, 0, 1, 1]
+    # spread: both GPUs among the first four (two leads; how many followers join which lead depends on when
+    # Tune asks for each trial, which a loaded machine changes: measured 2+2 and 3+1)
+    assert set(figures["spread"][0]) == {0, 1}
     pack, spread = figures["pack"][1], figures["spread"][1]
     assert 0 < pack["gpu_compute_fraction_first_day"] <= pack["gpu_busy_fraction_first_day"] <= 1
     assert spread["gpu_busy_fraction_first_day"] > pack["gpu_busy_fraction_first_day"]
