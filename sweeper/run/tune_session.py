@@ -202,6 +202,8 @@ class SweepCallback(Callback):
     @_stop_on_storage_fault
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
         sweep = active()
+        for trial in abandoned(trials, sweep.trials.points, sweep.trials.restored):
+            sweep.on_trial_end(trial.trial_id, point_ids_of(trial.config), None, ABANDONED_TEXT)
         sweep.flush()
         for hook in _HOOKS:
             hook(sweep)
@@ -209,6 +211,24 @@ class SweepCallback(Callback):
     @_stop_on_storage_fault
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         active().flush(force=True)
+
+
+# Why a trial ended without any callback, worded so that `trials.infra.kind_of_text` reads it as a lost worker:
+# its points are retried as after any infrastructure fault, never recorded `failed`.
+ABANDONED_TEXT = ("ActorUnavailableError: Tune ended the trial without reporting it (its reused actor could not be "
+                  "reset); its points are retried")
+
+
+def abandoned(trials: list, live: dict[str, list[str]], restored: set[str]) -> list[Any]:
+    """Trials of this launch that Tune has ended in ERROR while the sweep still counts them as live.
+
+    Tune (2.x) gives a suggested trial an idle actor of an earlier trial when the resources match
+    (`reuse_actors`); when that actor's reset fails ("Could not re-use actor ... reset_config()"), Tune marks
+    the trial ERROR and stops it without calling the callbacks or the searcher. Its points would stay held
+    forever and the sweep would wait for them with nothing running (seen after an injected OOM and a killed
+    worker). Every ordinary error reaches `on_trial_error` in the same step as its ERROR status, which takes
+    the trial out of `live`, so a trial found here was abandoned."""
+    return [t for t in trials if t.status == "ERROR" and t.trial_id in live and t.trial_id not in restored]
 
 
 def remove_checkpoints(trial: Any) -> None:

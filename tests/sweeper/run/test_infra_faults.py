@@ -156,3 +156,38 @@ def test_bracketing_skips_infra_failed_points_and_never_ends_the_cell_on_them():
     assert decide([ok(0.01, 3.0), hole, GridPoint(0.005, PointState.RUNNING)], policy).status == "running"
     assert PointState.INFRA_FAILED.is_finished and not PointState.INFRA_FAILED.counts_as_diverged
     assert PointState.INFRA_FAILED.retried_on_relaunch and not PointState.FAILED.retried_on_relaunch
+
+
+class TuneTrial:
+    """The fields of a `ray.tune.experiment.Trial` that `SweepCallback.on_step_end` reads."""
+
+    def __init__(self, trial_id: str, config: dict, status: str) -> None:
+        self.trial_id, self.config, self.status = trial_id, config, status
+
+
+def test_a_trial_tune_abandons_without_a_callback_is_retried_not_waited_for(tmp_path):
+    """Tune marks a trial ERROR without any callback when the idle actor it reuses cannot be reset; the
+    callback's step hook finds it, and its points are retried as after a lost worker (never `failed`, never
+    held forever: a sweep waiting for them would wait with nothing running)."""
+    from sweeper.run.tune_session import SweepCallback, activate
+
+    clock = Clock()
+    state = make_state(tmp_path, clock)
+    state.load([])
+    config = next_config(state, "t1")
+    pids = config["spec"]["point_ids"]
+    activate(state)
+    try:
+        callback = SweepCallback()
+        callback.on_step_end(1, [TuneTrial("t1", config, "PENDING")])
+        assert "t1" in state.trials.points  # not yet started: still held
+        callback.on_step_end(2, [TuneTrial("t1", config, "ERROR")])  # reset failed: ERROR, no callback
+        assert "t1" not in state.trials.points
+        rows = state.book.points[CELL]
+        assert {rows[p].state for p in pids} == {PointState.QUEUED}
+        assert all("retry 1 of 2" in rows[p].reason for p in pids)
+        assert state.stats.infra_faults == {"lost": 1}
+        callback.on_step_end(3, [TuneTrial("t1", config, "ERROR")])  # seen again: handled once
+        assert state.stats.infra_faults == {"lost": 1}
+    finally:
+        activate(None)
