@@ -24,7 +24,7 @@ def plan(tmp_path, monkeypatch, capsys):
 
     def run(sweep: str, *overrides: str) -> dict:
         capsys.readouterr()
-        assert main(["launch", str(ROOT / "sweeps" / sweep), "--dry-run", "--json", *overrides]) == 0
+        assert main(["launch", str(ROOT / "sweeps" / sweep), "--dry-run", "--json", "--out", str(tmp_path / "plan" / sweep), *overrides]) == 0
         return json.loads(capsys.readouterr().out)
 
     return run

@@ -151,10 +151,10 @@ STALL_ARGS = ["--depth", "16", "--width", "32", "--seq-len", "32", "--batch", "8
 def test_a_deep_post_norm_run_that_learned_only_byte_frequencies_is_stalled(capsys: pytest.CaptureFixture[str]) -> None:
     from sweeper.cli import main
 
-    assert main(["trial", "--method", "post", *STALL_ARGS, "--threads", "1"]) == 0
+    assert main(["trial", "--method", "post", *STALL_ARGS, "--threads", "1", "--wide"]) == 0
     out = capsys.readouterr().out
     assert "unigram entropy 3.2067 nats (exact" in out  # the built-in corpus of this interpreter
-    row = next(line for line in out.splitlines() if line.strip().startswith("0.03"))
+    row = next(line for line in out.splitlines() if line.startswith("│ 0.03 "))  # --wide: the framed table
     assert "│ stalled │" in row and "stalled: final eval" in row and "unigram loss" in out
 
 

@@ -270,7 +270,11 @@ def test_a_run_state_tune_cannot_restore_starts_a_new_tune_run(ray_session, tmp_
     # Before the fix, this relaunch printed Tune's EOFError and then hung.
     again = subprocess.run(_launch_cmd(path, ray_session), capture_output=True, text=True, env=env, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "Traceback" not in again.stderr
+    # No traceback of the restore (EOFError, an unpickling error, ours); Tune may log one of its own when a
+    # background sync of its experiment state fails (seen once in CI, its driver went on and ended 0): not this bug.
+    blocks = again.stderr.split("Traceback (most recent call last):")[1:]
+    assert all("wait_for_sync" in block.split("\n\n")[0] for block in blocks), again.stderr[-3000:]
+    assert "EOFError" not in again.stderr and "UnpicklingError" not in again.stderr
     summary = json.loads(again.stdout)
     assert summary["restored"] is False and summary["experiment"] == "run-2"
     named = run_state.name if damage == "empty" else "could not restore run-1"
