@@ -50,10 +50,6 @@ class LRPolicy:
     refine_min_gain: float = 0.0
     vertex_first: bool = False
     failed_neighbour: Literal["skip", "half_step"] = "skip"
-    pair_fallback: bool = False  # EXPERIMENT (issue 32): a 2-point first grid that failed whole tries the step above
-    failed_side_last: bool = False  # EXPERIMENT: a side known only by a failed point waits while the other extends
-    extra_above: bool = False  # EXPERIMENT: an even first grid's extra point goes above the centre
-    close_after_failures: int = 0  # EXPERIMENT: a side with this many failed points and nothing else is closed
     fixed: float | None = None  # a fixed recipe: this one learning rate, no search (see `decide`)
     prior_from: int = 2  # prior: extrapolate: the fewest smaller sizes a size's first grid waits for (see prior.py)
 

@@ -94,8 +94,6 @@ def initial_grid(policy: LRPolicy, *, center: float | None = None) -> list[float
     c = center if center is not None else policy.center
     c = min(max(c, policy.lo), policy.hi)
     offsets = list(range(-(policy.points // 2), policy.points - policy.points // 2))
-    if policy.extra_above:  # EXPERIMENT (issue 32)
-        offsets = [-k for k in reversed(offsets)]
     lrs = [c * policy.factor**k for k in offsets]
     while lrs and lrs[0] < policy.lo * (1 - 1e-9) and lrs[-1] * policy.factor <= policy.hi:
         lrs = [lr * policy.factor for lr in lrs]
@@ -193,11 +191,6 @@ def decide(points: Sequence[GridPoint], policy: LRPolicy, *, initial: Sequence[f
         if infra:
             return CellDecision(CellStatus.INFRA_FAILED, reason=_blocked_reason(infra))
         if not informative:
-            if policy.pair_fallback and len(points) == 2 == policy.points:  # EXPERIMENT (issue 32)
-                third = canonical(min(p.lr for p in points) / policy.factor if policy.extra_above
-                                  else max(p.lr for p in points) * policy.factor)
-                if third not in tried and _inside(third, policy) and budget > 0:
-                    return CellDecision("running", (third,), reason="the first pair failed: the prior's other neighbour")
             return CellDecision("failed", reason="every point failed (see the points' reasons)")
         stalled = sum(PointState(p.state) is PointState.STALLED for p in informative)
         what = ("every point diverged" if not stalled else
@@ -232,32 +225,20 @@ def decide(points: Sequence[GridPoint], policy: LRPolicy, *, initial: Sequence[f
         return CellDecision(CellStatus.INFRA_FAILED, reason=_blocked_reason(infra), **base)
     proposals: list[float] = []
     blocked: list[str] = []
-    by_side: dict[int, list[float]] = {}
     for direction, neighbour in ((-1, left), (+1, right)):
         if neighbour is not None:
-            continue
-        if policy.close_after_failures and _closed(best, direction, points, policy):  # EXPERIMENT (issue 32)
-            blocked.append(f"{'upper' if direction > 0 else 'lower'} side closed after "
-                           f"{policy.close_after_failures} failed points")
             continue
         room = min(budget - len(proposals), policy.extend_by)
         step = _probe(best, i, direction, points, informative, policy, tried) if room > 0 else []
         step = step or _walk(best.lr, direction, policy, tried, room)
         if step:
             proposals += step
-            by_side[direction] = step
         else:
             side = "upper" if direction > 0 else "lower"
             bound = policy.hi if direction > 0 else policy.lo
             blocked.append(
                 f"trial cap ({policy.max_points} points) reached" if room <= 0 else f"optimum at the {side} bound {bound:g}"
             )
-    if policy.failed_side_last and len(by_side) == 2:  # EXPERIMENT (issue 32)
-        reach = math.log(policy.factor) * 1.01
-        failed = [d for d in (-1, 1) if any(p.state == "failed" and 0 < d * math.log(p.lr / best.lr) <= reach
-                                             for p in points)]
-        if len(failed) == 1:
-            proposals = by_side[-failed[0]]
     if proposals:
         return CellDecision("running", tuple(sorted(proposals)), reason="extending the grid", **base)
     if blocked:
@@ -309,20 +290,6 @@ def decide_fixed(points: Sequence[GridPoint], policy: LRPolicy) -> CellDecision:
     if PointState(point.state).counts_as_diverged:
         return CellDecision("diverged", reason=f"fixed recipe: lr {lr:g} diverged")
     return CellDecision("failed", reason=f"fixed recipe: lr {lr:g} failed (see the point's reason)")
-
-
-def _closed(best: GridPoint, direction: int, points: Sequence[GridPoint], policy: LRPolicy) -> bool:
-    """EXPERIMENT (issue 32): nothing informative beyond `best` in `direction`, and at least
-    `close_after_failures` failed points there (with `failed_neighbour: half_step`, its half step among them)."""
-    beyond = [p for p in points if direction * math.log(p.lr / best.lr) > 1e-9]
-    if any(p.is_finished_info for p in beyond):
-        return False
-    if sum(p.state == "failed" for p in beyond) < policy.close_after_failures:
-        return False
-    if policy.failed_neighbour == "half_step":
-        half = best.lr * policy.half_step ** direction
-        return any(abs(math.log(p.lr / half)) < 1e-3 for p in beyond)
-    return True
 
 
 def _blocked_reason(n: int) -> str:

@@ -60,7 +60,6 @@ class ReplayOutcome:
     best_loss: float | None
     regret: float | None  # percent above the group's recorded best (None: no `ok` point)
     floor: int | None = None  # the clairvoyant floor from the same first grid (`floor_points`), when asked
-    rounds: int = 0  # EXPERIMENT (issue 32): batches of proposals, each waiting for the one before (latency)
 
     def within(self, band: float) -> bool:
         return self.regret is not None and self.regret <= band + 1e-9
@@ -361,12 +360,10 @@ def replay_group(
     points: list[GridPoint] = []
     grid = start_grid(policy, centre)
     decision: CellDecision | None = None
-    rounds = 0
     for _ in range(policy.max_points + 1):
         decision = decide(points, policy, initial=grid if not points else None)
         if decision.done or not decision.next_lrs:
             break
-        rounds += 1
         for lr in decision.next_lrs:
             loss = group.loss_at(lr, tolerance)
             points.append(GridPoint(lr, "failed") if loss is None else GridPoint(lr, "ok", loss))
@@ -380,7 +377,6 @@ def replay_group(
         status=decision.status, best_lr=best.lr if best else None, best_loss=best.objective if best else None,
         regret=regret,
         floor=None if floor_band is None else floor_points(group, grid, band=floor_band, tolerance=tolerance),
-        rounds=rounds,
     )
 
 
@@ -427,7 +423,6 @@ def summarise(outcomes: Sequence[ReplayOutcome], *, groups: int, skipped_edge: i
         by_shift.append({
             "shift": k, "replays": len(mine), "points_mean": sum(o.points for o in mine) / len(mine),
             "within_band_fraction": sum(o.within(band) for o in mine) / len(mine),
-            "rounds_mean": sum(o.rounds for o in mine) / len(mine),
             **({"floor_points_mean": sum(o.floor or 0 for o in mine) / len(mine)} if floors else {}),
         })
     return ReplaySummary(

@@ -84,10 +84,6 @@ class LRSection(Strict):
             "to the step after; half_step first tries the half step between the best point and it"
         ),
     )
-    pair_fallback: bool = Field(False, description="EXPERIMENT (issue 32)")
-    failed_side_last: bool = Field(False, description="EXPERIMENT (issue 32)")
-    close_after_failures: Annotated[int, Field(ge=0, le=8)] = Field(0, description="EXPERIMENT (issue 32)")
-    extra_above: bool = Field(False, description="EXPERIMENT (issue 32)")
     extend_by: Annotated[int, Field(ge=1, le=8)] = Field(1, description="points added per extension step")
     max_points: Annotated[int, Field(ge=1, le=1000)] = Field(12, description="trial cap per cell")
     prior: Literal["fixed", "extrapolate"] = Field(
@@ -128,8 +124,6 @@ class LRSection(Strict):
             extend_by=self.extend_by, max_points=1 if self.fixed is not None else self.max_points, vertex_offset=self.vertex_offset,
             refine_min_gain=self.refine_min_gain, vertex_first=self.vertex_first,
             failed_neighbour=self.failed_neighbour, prior_from=self.prior_from,
-            pair_fallback=self.pair_fallback, failed_side_last=self.failed_side_last,
-            close_after_failures=self.close_after_failures, extra_above=self.extra_above,
         )
 
     @field_validator("bounds")
