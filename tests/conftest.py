@@ -99,19 +99,19 @@ def private_cache(corpus_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 
-# -- one small real sweep with two seeds, shared by the tests that read one (slow: ~2-4 min on 2 cores) -----
+# -- one small real sweep with two seeds, shared by the tests that read one (slow: ~1 min on 2 cores) -----
 
 
 @pytest.fixture(scope="session")
 def two_seed_sweep(tmp_path_factory: pytest.TempPathFactory, corpus_cache: Path) -> Path:
-    """`sweeper launch sweeps/quickstart.yaml "methods=[pre,layerrope]" "model.depths=[1,2]" "seeds=[0,1]"
+    """`sweeper launch sweeps/quickstart.yaml "methods=[pre,layerrope]" "model.depths=[1]" "seeds=[0,1]"
     "train.steps=60"`, run once per session in its own process (its own Ray); returns the sweep directory."""
     out = tmp_path_factory.mktemp("two-seed") / "sweep"
     repo = Path(__file__).resolve().parents[1]
     env = {**os.environ, "LAYERROPE_SWEEPER_CACHE": str(corpus_cache)}
     done = subprocess.run(
         [sys.executable, "-m", "sweeper.cli", "launch", str(repo / "sweeps" / "quickstart.yaml"), "methods=[pre,layerrope]",
-         "model.depths=[1,2]", "seeds=[0,1]", "train.steps=60", "--out", str(out)],
+         "model.depths=[1]", "seeds=[0,1]", "train.steps=60", "--out", str(out)],
         env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return out
