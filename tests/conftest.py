@@ -25,23 +25,11 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # COLUMNS=80, which would wrap the tables the tests read. Tests that check COLUMNS set it themselves.
 os.environ.pop("COLUMNS", None)
 
-#: session fixtures that run a real sweep: the tests sharing one run on one xdist worker (`--dist loadgroup`)
-SHARED_RUNS = ("reference_run", "two_seed_sweep")
-
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """`-n auto` (pyproject's addopts): two workers, or one on a single core. Each worker has its own Ray
     (`ray_session`, 2 CPUs); more workers than cores would only slow the subprocess sweeps."""
     return max(1, min(2, os.cpu_count() or 1))
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests that read the same session sweep run on the same worker, so the sweep runs once."""
-    for item in items:
-        for name in SHARED_RUNS:
-            if name in getattr(item, "fixturenames", ()):
-                item.add_marker(pytest.mark.xdist_group(name))
-                break
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:

@@ -37,6 +37,8 @@ from typing import IO, Any
 
 import pytest
 
+from tests.shared_runs import once_per_session
+
 FAULTS_FILE = Path(tempfile.gettempdir()) / f"layerrope-reliability-faults-{os.getpid()}.json"
 os.environ["LAYERROPE_SWEEPER_FAULTS"] = str(FAULTS_FILE)
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -262,13 +264,16 @@ def reference_run(ray_session: str, tmp_path_factory: pytest.TempPathFactory) ->
     """The kill test's sweep run once without interruption (a subprocess driver joining the
     session's Ray): its results are what every interrupted run must reproduce, and its wall
     time is the concurrency test's baseline."""
-    folder = tmp_path_factory.mktemp("reference")
-    yaml = write_sweep(folder, "killsweep", **KILL_SWEEP)
-    driver = Driver(yaml, ray_session, folder / "logs")
-    summary = driver.summary()
-    ended = time.time()
-    return {"dir": folder / "killsweep", "summary": summary, "wall": ended - driver.started, "ended": ended,
-            "load": os.getloadavg()[0]}
+    def run(folder: Path) -> dict[str, Any]:
+        yaml = write_sweep(folder, "killsweep", **KILL_SWEEP)
+        driver = Driver(yaml, ray_session, folder / "logs")
+        summary = driver.summary()
+        ended = time.time()
+        return {"dir": str(folder / "killsweep"), "summary": summary, "wall": ended - driver.started, "ended": ended,
+                "load": os.getloadavg()[0]}
+
+    done = once_per_session(tmp_path_factory, "reference", run)  # one run for both xdist workers
+    return {**done, "dir": Path(done["dir"])}
 
 
 # -- figures ----------------------------------------------------------------------------------------
