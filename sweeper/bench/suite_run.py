@@ -115,7 +115,7 @@ def sweep_yaml(cfg: SuiteConfig, folder: Path, address: str | None) -> tuple[dic
     on_gpu = cfg.device == "cuda"
     fractions = on_gpu or address is None  # a CPU run without a cluster declares one GPU to its own Ray
     if cfg.quick:
-        model = {"family": "llama", "width": 32, "heads": 2, "depths": [1, 2], "seq_len": 32, "vocab": 256}
+        model = {"family": "llama", "width": 32, "heads": 2, "depths": [1], "seq_len": 32, "vocab": 256}
         train = {"steps": 40, "batch_size": 8, "micro_batch": 4, "eval_every": 20, "eval_batches": 2, "report_every": 10,
                  "checkpoint_every": 1000, "device": cfg.device, "dtype": cfg.dtype, "compile": on_gpu,
                  "schedule": {"warmup": 0.1, "decay": "cosine", "final_fraction": 0.1}}
