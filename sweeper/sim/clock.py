@@ -138,7 +138,7 @@ class PoolClock:
         self.sleep = sleep
         self.offset = 0
         self.rest = b""
-        self.tag = b'"launch": %d,' % launch  # every writer puts the launch first: other launches' lines are skipped unread
+        self.tag = b'"launch": %d,' % launch  # other launches' lines are skipped unparsed
 
     def _catch_up(self) -> None:
         try:
