@@ -188,13 +188,14 @@ def _launch_locked(plan: Plan, old_manifest: Manifest | None, corpus: str | None
             ray.shutdown()
         raise
     probe: GpuProbe | None = None
+    probe_scale = 1.0  # simulated seconds per second of the probe's clock
     tracking = open_tracking(plan, messages.append)
     try:
         if simulation is not None:
             from sweeper.sim.trial import simulated_trainable  # only a simulation runs it
 
             simulation.prepare(plan.sweep_dir)
-            probe = GpuProbe(float(pool.gpus), clock=simulation.pool_clock().now)  # simulated seconds
+            probe, probe_scale = simulation.probe(plan)
             session.use_trainable(simulated_trainable, simulation=simulation.payload(plan))
             device, measured, host = DeviceMemory(int(pool.gpu_memory_gb * 2**30), "the simulated pool"), {}, host_memory()
         else:
@@ -246,7 +247,7 @@ def _launch_locked(plan: Plan, old_manifest: Manifest | None, corpus: str | None
         points_finished=sweep.stats.points_finished, counts=status_counts(rows), resumed=counts,
         interrupted=interrupted, experiment=session.experiment, restored=session.restored,
         messages=list(sweep.messages), trial_alive_seconds=sweep.stats.alive_seconds,
-        simulation=({**simulation.manifest_entry(), **probe.figures(1.0),
+        simulation=({**simulation.manifest_entry(), **probe.figures(probe_scale),
                      **simulation.busy_figures(plan.sweep_dir)}
                     if simulation is not None and probe is not None else None),
         driver_cpu_seconds=driver_cpu() - cpu_at_start, reports=sweep.stats.reports,

@@ -167,6 +167,13 @@ class Simulation:
         return PoolClock(Path(self.busy["dir"]) / devices.BUSY_LOG, int(self.busy["launch"]),
                          self.surface.time_compression)
 
+    def probe(self, plan: Plan) -> tuple[GpuProbe, float]:
+        """This launch's GPU-slot probe (after `prepare`) and the simulated seconds per second of its clock: a
+        sweep with GPU cells is timed on the pool's clock, a CPU-only one (no busy log) on wall time."""
+        if any(cell.resources.get("GPU", 0.0) > 0 for cell in plan.cells):
+            return GpuProbe(float(self.surface.pool.gpus), clock=self.pool_clock().now), 1.0
+        return GpuProbe(float(self.surface.pool.gpus)), self.surface.time_compression
+
     def busy_figures(self, sweep_dir: str | Path) -> dict[str, Any]:
         """The pool's busy and compute fractions (first simulated day, whole run) from the busy log."""
         return devices.busy_figures(sweep_dir, float(self.surface.pool.gpus)) or {}
