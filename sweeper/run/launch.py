@@ -187,13 +187,15 @@ def _launch_locked(plan: Plan, old_manifest: Manifest | None, corpus: str | None
         if joined:
             ray.shutdown()
         raise
-    probe = GpuProbe(float(pool.gpus)) if pool is not None else None
+    probe: GpuProbe | None = None
+    probe_scale = 1.0  # simulated seconds per second of the probe's clock
     tracking = open_tracking(plan, messages.append)
     try:
         if simulation is not None:
             from sweeper.sim.trial import simulated_trainable  # only a simulation runs it
 
             simulation.prepare(plan.sweep_dir)
+            probe, probe_scale = simulation.probe(plan)
             session.use_trainable(simulated_trainable, simulation=simulation.payload(plan))
             device, measured, host = DeviceMemory(int(pool.gpu_memory_gb * 2**30), "the simulated pool"), {}, host_memory()
         else:
@@ -201,6 +203,8 @@ def _launch_locked(plan: Plan, old_manifest: Manifest | None, corpus: str | None
         sweep = SweepRun(plan, ledger, store, concurrency=session.concurrency, host_memory=host, device=device,
                          measured=measured, tracking=tracking, storage=storage)
         sweep.pool_gpus = session.pool_gpus
+        if simulation is not None:
+            sweep.watcher = simulation.driver_log()  # the pool's clock: when the pool waits for the driver
         if tracking is not None:
             tracking.warn = sweep.messages.append  # later warnings go to the live display
         sweep.expected_corpus = manifest.corpus
@@ -243,7 +247,7 @@ def _launch_locked(plan: Plan, old_manifest: Manifest | None, corpus: str | None
         points_finished=sweep.stats.points_finished, counts=status_counts(rows), resumed=counts,
         interrupted=interrupted, experiment=session.experiment, restored=session.restored,
         messages=list(sweep.messages), trial_alive_seconds=sweep.stats.alive_seconds,
-        simulation=({**simulation.manifest_entry(), **probe.figures(simulation.surface.time_compression),
+        simulation=({**simulation.manifest_entry(), **probe.figures(probe_scale),
                      **simulation.busy_figures(plan.sweep_dir)}
                     if simulation is not None and probe is not None else None),
         driver_cpu_seconds=driver_cpu() - cpu_at_start, reports=sweep.stats.reports,

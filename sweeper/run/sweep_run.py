@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from sweeper.core.ids import cell_of
 from sweeper.records.ledger import Ledger, LedgerEntry
@@ -77,6 +77,15 @@ class TrialConfig:
         return config
 
 
+class TrialWatcher(Protocol):
+    """Told of every Tune trial the driver proposes and of every trial end it has processed (a simulation's
+    busy log: `sweeper.sim.devices.DriverLog`)."""
+
+    def proposed(self, trial: str, share: float) -> None: ...
+
+    def ended(self, trial: str) -> None: ...
+
+
 def point_ids_of(config: Mapping[str, Any] | None) -> list[str]:
     """The point ids a Tune trial's config holds."""
     spec = (config or {}).get("spec") or {}
@@ -105,6 +114,7 @@ class SweepRun:
         self.messages: list[str] = []  # notable events for the live display
         self.pool_gpus = 0.0  # the Ray cluster's GPUs (set by the launch), for resources.placement
         self.gpu_shares: dict[str, float] = {}  # live Tune trial -> the GPU share it asked for (this launch)
+        self.watcher: TrialWatcher | None = None
 
     @property
     def cells(self) -> dict[str, Cell]:
@@ -159,11 +169,15 @@ class SweepRun:
         pids = [c.row.point_id for c in changes]
         self._record(changes)
         self.trials.assigned(tune_trial_id, pids)
-        return TrialConfig(cell, [c.row.lr for c in changes], pids, self._export_dir(cid, tune_trial_id),
-                           export_best_only=not self.plan.config.export_weights,
-                           micro_batch=self.book.micro_batch.get(cid), storage=self.storage,
-                           scratch=self.plan.config.ray.scratch,
-                           gpu=self.gpu_request(cell, tune_trial_id))
+        config = TrialConfig(cell, [c.row.lr for c in changes], pids, self._export_dir(cid, tune_trial_id),
+                             export_best_only=not self.plan.config.export_weights,
+                             micro_batch=self.book.micro_batch.get(cid), storage=self.storage,
+                             scratch=self.plan.config.ray.scratch,
+                             gpu=self.gpu_request(cell, tune_trial_id))
+        if self.watcher is not None:
+            self.watcher.proposed(tune_trial_id, float(cell.resources.get("GPU", 0.0)) if config.gpu is None
+                                  else config.gpu)
+        return config
 
     def gpu_request(self, cell: Cell, tune_trial_id: str) -> float | None:
         """The GPU share a new trial of `cell` asks Ray for (`sweeper.search.placement`), None: the cell's own."""
@@ -225,6 +239,13 @@ class SweepRun:
 
     def on_trial_end(self, tune_trial_id: str, pids: list[str], last: StepReport | None, error: str | None) -> None:
         """A trial ended (normally, stopped, or with an error after Tune's retries)."""
+        try:
+            self._trial_end(tune_trial_id, pids, last, error)
+        finally:
+            if self.watcher is not None:
+                self.watcher.ended(tune_trial_id)
+
+    def _trial_end(self, tune_trial_id: str, pids: list[str], last: StepReport | None, error: str | None) -> None:
         now = self.clock()
         self.trials.stats.touch(tune_trial_id, now)
         if last is not None and last.done and not error:

@@ -28,16 +28,21 @@ simulated trial charges each member's FLOPs, as before); context switches cost n
 Ray's business (`stack: auto` sizes stacks by the declared fraction). What a GPU would have to
 measure: one trial's tokens/s alone against 2, 4 and 8 copies sharing the device.
 
-**Busy.** Every trial on a GPU logs its start and end (wall time, device, demand) to
-`DIR/simulation/busy.jsonl`; `busy_figures` turns the log into simulated time (each launch's wall
-time since its first trial started × its compression, launches end to end) and reports, over the
-first 24 simulated hours (or the whole run when shorter) and over the whole run:
+**Busy.** Every trial on a GPU logs its start and end (wall time, device, demand, the share it
+asked Ray for) to `DIR/simulation/busy.jsonl`, and the driver logs each GPU trial it proposes and each
+trial end it has processed (`DriverLog`); `busy_figures` turns the log into simulated time on the
+pool's clock (`sweeper.sim.clock`: each launch's wall time since its first line × its compression,
+except the seconds in which the pool waited for the orchestration, which count at 1×; launches end
+to end) and reports, over the first 24 simulated hours (or the whole run when shorter) and over the
+whole run:
 - `gpu_busy_fraction`: the share of device-time with at least one trial on the device (what the
   GPU suite's sweep check measures on a real GPU, and what `nvidia-smi` shows as utilisation for a
   trial that keeps its kernels queued);
 - `gpu_compute_fraction`: the share of device-time's compute in use, `min(1, D)` per device — the
   stricter figure: a device holding one 0.125-GPU trial is busy, but computes at a quarter (or an
   eighth) of what it could.
+A device with no trial while nothing is proposed (the policy holds its cells back, or nothing is
+left) is idle on the compressed clock, in full.
 
 Live seats: a trial on a device keeps a seat file (its demand and a heartbeat) in
 `DIR/simulation/devices/`, which the other trials read to know their device's load; a seat whose
@@ -56,6 +61,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from sweeper.sim.clock import LaunchClock
 
 SIM_DIR = "simulation"
 BUSY_LOG = "busy.jsonl"
@@ -111,6 +118,7 @@ class Seat:
     launch: int
     compression: float
     clock: Callable[[], float] = time.time
+    share: float | None = None  # the GPU share the trial asked Ray for (default: its demand)
     beat: float = field(default=0.0, init=False)
 
     @property
@@ -142,8 +150,41 @@ class Seat:
     def _log(self, event: str) -> None:
         line = {"launch": self.launch, "compression": self.compression, "wall": self.clock(), "trial": self.trial,
                 "device": self.device, "demand": self.demand, "event": event}
-        with open(self.root / BUSY_LOG, "a") as out:  # one short line per write: appends do not interleave
-            out.write(json.dumps(line) + "\n")
+        if event == "start":
+            line["share"] = self.demand if self.share is None else self.share
+        append(self.root, line)
+
+
+def append(root: Path, line: dict[str, Any]) -> None:
+    """One line of the busy log (one short line per write: appends of several processes do not interleave)."""
+    with open(root / BUSY_LOG, "a") as out:
+        out.write(json.dumps(line) + "\n")
+
+
+# ---- the driver's side ---------------------------------------------------------------------------
+
+
+@dataclass
+class DriverLog:
+    """The driver's lines in the busy log: a GPU trial it proposed (with the share it asks Ray for) and a
+    trial end it has processed. They tell the pool's clock when the pool waits for the orchestration."""
+
+    root: Path
+    launch: int
+    compression: float
+    gpus: float
+    clock: Callable[[], float] = time.time
+
+    def proposed(self, trial: str, share: float) -> None:
+        if share > 0:
+            self._log(trial, "proposed", share=share, gpus=int(self.gpus))
+
+    def ended(self, trial: str) -> None:
+        self._log(trial, "done")
+
+    def _log(self, trial: str, event: str, **extra: Any) -> None:
+        append(self.root, {"launch": self.launch, "compression": self.compression, "wall": self.clock(),
+                           "trial": trial, "event": event, **extra})
 
 
 def device_load(root: Path, device: int, now: float) -> float:
@@ -188,32 +229,29 @@ class Span:
 
 
 def spans(events: Iterable[dict[str, Any]]) -> list[Span]:
-    """Each trial's stay on its device in simulated time. A launch's clock starts at its first event
-    and runs at its compression; launches follow each other (the time between them held no GPU). A
-    trial whose end was never logged (its launch was killed) ends with its launch's last event."""
+    """Each trial's stay on its device in simulated time. A launch's clock (`sweeper.sim.clock`) starts at
+    its first line; launches follow each other (the time between them held no GPU). A trial whose end
+    was never logged (its launch was killed) ends with its launch's last line."""
     by_launch: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for e in events:
         by_launch[int(e.get("launch", 0))].append(e)
     out: list[Span] = []
     offset = 0.0
     for launch in sorted(by_launch):
-        items = sorted(by_launch[launch], key=lambda e: float(e["wall"]))
-        origin, last = float(items[0]["wall"]), float(items[-1]["wall"])
-        compression = float(items[0].get("compression") or 1.0)
-
-        def sim(wall: float, origin: float = origin, compression: float = compression, offset: float = offset) -> float:
-            return offset + (wall - origin) * compression
-
-        open_: dict[str, dict[str, Any]] = {}
+        items = by_launch[launch]
+        clock = LaunchClock(float(items[0].get("compression") or 1.0))
+        open_: dict[str, tuple[dict[str, Any], float]] = {}
+        last = 0.0
         for e in items:
+            last = offset + clock.feed(e)
             if e.get("event") == "start":
-                open_[str(e["trial"])] = e
+                open_[str(e["trial"])] = (e, last)
             elif e.get("event") == "end" and str(e["trial"]) in open_:
-                s = open_.pop(str(e["trial"]))
-                out.append(Span(int(s["device"]), float(s["demand"]), sim(float(s["wall"])), sim(float(e["wall"]))))
-        for s in open_.values():
-            out.append(Span(int(s["device"]), float(s["demand"]), sim(float(s["wall"])), sim(last)))
-        offset = sim(last)
+                s, start = open_.pop(str(e["trial"]))
+                out.append(Span(int(s["device"]), float(s["demand"]), start, last))
+        for s, start in open_.values():
+            out.append(Span(int(s["device"]), float(s["demand"]), start, last))
+        offset = last
     return out
 
 

@@ -12,9 +12,10 @@ relaunch of either kind over the other is refused), the corpus fingerprint of ev
 (`simulated:<surface fingerprint>`), and the readers show it (`sweeper.records.manifest.Manifest.simulated_label`).
 
 `GpuProbe` measures the share of the pool's GPU-time that trials held (Ray's bookkeeping), overall
-and while the open cells asked for at least the whole pool; the trials' busy log
-(`sweeper.sim.devices`) says how busy the devices themselves were: where Ray put each trial, over
-the first simulated day and the whole run (`busy_figures`).
+and while the open cells asked for at least the whole pool, on the pool's clock
+(`sweeper.sim.clock`); the busy log (`sweeper.sim.devices`: the trials' devices, the driver's
+proposals and processed ends) says how busy the devices themselves were: where Ray put each trial,
+over the first simulated day and the whole run (`busy_figures`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from sweeper.search.planner import Plan, fingerprint_of
 from sweeper.search.replay import load_table
 from sweeper.search.recorded import RecordedGroup
 from sweeper.sim import devices
+from sweeper.sim.clock import PoolClock
 from sweeper.sim.surface import Surface, SurfaceTable
 from sweeper.sim.trial import SimulatedCell
 from sweeper.spec.schema import problems_from, user_error
@@ -153,6 +155,25 @@ class Simulation:
         surface["time_compression"] = self.surface.time_compression  # also when --time-compression set it
         return {"surface": surface, "cells": cells, "clock": self.busy}
 
+    def driver_log(self) -> devices.DriverLog:
+        """The driver's lines in this launch's busy log (after `prepare`)."""
+        assert self.busy is not None, "prepare the simulation first"
+        return devices.DriverLog(Path(self.busy["dir"]), int(self.busy["launch"]), self.surface.time_compression,
+                                 float(self.surface.pool.gpus))
+
+    def pool_clock(self) -> PoolClock:
+        """This launch's clock, read from the busy log (after `prepare`)."""
+        assert self.busy is not None, "prepare the simulation first"
+        return PoolClock(Path(self.busy["dir"]) / devices.BUSY_LOG, int(self.busy["launch"]),
+                         self.surface.time_compression)
+
+    def probe(self, plan: Plan) -> tuple[GpuProbe, float]:
+        """This launch's GPU-slot probe (after `prepare`) and the simulated seconds per second of its clock: a
+        sweep with GPU cells is timed on the pool's clock, a CPU-only one (no busy log) on wall time."""
+        if any(cell.resources.get("GPU", 0.0) > 0 for cell in plan.cells):
+            return GpuProbe(float(self.surface.pool.gpus), clock=self.pool_clock().now), 1.0
+        return GpuProbe(float(self.surface.pool.gpus)), self.surface.time_compression
+
     def busy_figures(self, sweep_dir: str | Path) -> dict[str, Any]:
         """The pool's busy and compute fractions (first simulated day, whole run) from the busy log."""
         return devices.busy_figures(sweep_dir, float(self.surface.pool.gpus)) or {}
@@ -164,7 +185,9 @@ class GpuProbe:
 
     In use: the GPU fractions of the Tune trials that started and have not ended. Demand: those,
     plus trials waiting for resources, plus one first trial per cell with queued points. The
-    utilisation "while enough cells are open" counts only the time demand covered the pool."""
+    utilisation "while enough cells are open" counts only the time demand covered the pool.
+    `clock`: the time it integrates over; a simulation's launch gives it the pool's clock
+    (simulated seconds: `figures(compression=1)`)."""
 
     pool_gpus: float
     clock: Callable[[], float] = time.time
@@ -210,6 +233,7 @@ class GpuProbe:
             self.samples.append((now, in_use, demand))
 
     def figures(self, compression: float) -> dict[str, Any]:
+        """`compression`: simulated seconds per second of the probe's clock."""
         return {
             "pool_gpus": self.pool_gpus,
             "gpu_utilisation": self.busy / (self.pool_gpus * self.span) if self.span else None,

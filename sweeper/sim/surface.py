@@ -14,7 +14,8 @@ loss falls from `init_loss` to its final value along `(1 − progress)^curve`.
 Time: a step's FLOPs (6·N per token, the planner's count, times the members still training)
 divided by the trial's rate — on a GPU its share of its device (`sweeper.sim.devices`: `throughput`
 × its declared GPU fraction × `sharing.solo_speedup`, shared with the trials Ray put on the same
-device), or `cpu_throughput` per CPU for CPU-only trials — divided by `time_compression`.
+device), or `cpu_throughput` per CPU for CPU-only trials — divided by `time_compression` (a GPU
+trial's on the pool's clock, `sweeper.sim.clock`: waits for the orchestration count at 1×).
 
 A method can instead take its losses from a recorded table (`table:`, e.g. the StepLaw grids):
 each size of the sweep names one group of the table (the values of its group columns), and the

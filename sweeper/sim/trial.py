@@ -6,12 +6,17 @@ each report interval's simulated duration (`sweeper.sim.surface`: FLOPs over its
 pool's throughput, over the time compression), reports `StepReport`s at the sweep's
 `report_every` (intervals shorter than the surface's `min_report_seconds` of wall time are
 coalesced into the next report; evaluations, checkpoints and the end always report),
-checkpoints at `checkpoint_every` (a restored trial continues from its last checkpoint's step)
-and ends with one `PointResult` per member. Losses and divergence steps depend on the point
-alone, so a killed and resumed simulation ends with the results of an uninterrupted one.
+checkpoints at `checkpoint_every` but no more often than every `min_report_seconds` of wall time
+(a restored trial continues from its last checkpoint's step: a kill costs at most that much wall
+time again) and ends with one `PointResult` per member. Losses and divergence steps depend on the
+point alone, so a killed and resumed simulation ends with the results of an uninterrupted one.
 
 `simulate_trial` is the loop, with the clock and the sink passed in (tested without Ray);
-`simulated_trainable` is the Ray Tune function trainable around it. No torch.
+`simulated_trainable` is the Ray Tune function trainable around it. On a GPU of the virtual pool it
+takes a seat on its device (`sweeper.sim.devices`) and lets its training time pass on the pool's
+clock (`sweeper.sim.clock.Training`: the seconds the pool waits for the orchestration count as the
+seconds they are, and those the trial spends in its reports are made up from its next intervals). A
+trial whose members have all diverged stops, as a real one does. No torch.
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from trials.spec import MemberReport, PointResult, StepReport, TrialSpec
-from sweeper.sim.devices import Seat, demand
+from sweeper.sim.clock import PoolClock, Training
+from sweeper.sim.devices import BUSY_LOG, Seat, demand
 from sweeper.sim.surface import Surface, SurfaceMethod, diverged_step, final_loss, loss_at
 
 
@@ -62,12 +68,14 @@ def simulate_trial(spec: TrialSpec, cell: SimulatedCell, surface: Surface, resou
                    report: Callable[[StepReport, dict[str, Any] | None], None],
                    sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
                    start: dict[str, Any] | None = None, rate: Callable[[], float] | None = None,
-                   finishing: Callable[[], None] | None = None) -> list[PointResult]:
+                   finishing: Callable[[], None] | None = None,
+                   pause: Callable[[float], None] | None = None) -> list[PointResult]:
     """Run one simulated trial from `start` (a checkpoint's state, or the beginning); `report(r, state)`
     receives every report, with the state to checkpoint when one is due (else None). `rate`: the
     trial's FLOP/s, asked before every report interval (its device's load changes as trials come
     and go; default: its share of the pool, `rate_of`); `finishing`: called when the training is
-    done, before the final report (the trial leaves its device)."""
+    done, before the final report (the trial leaves its device); `pause(seconds)`: lets an interval's
+    simulated training time pass (default: `sleep` of it over the time compression)."""
     method: SurfaceMethod = surface.methods[cell.method]
     n, lrs, ids = cell.steps, spec.lrs, spec.point_ids
     init = surface.init_loss or math.log(cell.vocab)
@@ -78,10 +86,11 @@ def simulate_trial(spec: TrialSpec, cell: SimulatedCell, surface: Surface, resou
               for f, lr, why in zip(finals, lrs, outside)]
     fixed_rate = rate_of(surface, resources)
     rate_now = rate or (lambda: fixed_rate)
+    wait = pause or (lambda simulated: sleep(simulated / surface.time_compression))
     train = spec.train
     step = int((start or {}).get("step", 0))
     seconds = float((start or {}).get("sim_seconds", 0.0))
-    last_report = clock()
+    last_report = last_checkpoint = clock()
 
     def members(at: int, evaluated: bool) -> list[MemberReport]:
         out = []
@@ -100,10 +109,15 @@ def simulate_trial(spec: TrialSpec, cell: SimulatedCell, surface: Surface, resou
     while step < n:
         nxt = min(n, step + train.report_every)
         active = sum(1 for gone, why in zip(broken, outside) if why is None and (gone is None or gone > step))
+        if not active:  # every member diverged (or is outside its table): a trial stops, as a real one does
+            break
         duration = active * (nxt - step) * cell.tokens_per_step * cell.flops_per_token / rate_now()
-        sleep(duration / surface.time_compression)
+        wait(duration)
         seconds += duration
-        crossed_checkpoint = nxt // train.checkpoint_every > step // train.checkpoint_every
+        # at compression a checkpoint_every can be a fraction of a wall second: each costs a synchronous
+        # round trip through Tune's storage, which the trial's training time cannot absorb
+        crossed_checkpoint = (nxt // train.checkpoint_every > step // train.checkpoint_every
+                              and clock() - last_checkpoint >= surface.min_report_seconds)
         evaluated = nxt // train.eval_every > step // train.eval_every or nxt == n
         step = nxt
         if step >= n:
@@ -112,6 +126,8 @@ def simulate_trial(spec: TrialSpec, cell: SimulatedCell, surface: Surface, resou
             state = {"step": step, "sim_seconds": seconds} if crossed_checkpoint else None
             report(StepReport(step, step * cell.tokens_per_step, seconds, members(step, evaluated), False), state)
             last_report = clock()
+            if crossed_checkpoint:
+                last_checkpoint = last_report
     if finishing is not None:
         finishing()
     results = []
@@ -133,7 +149,8 @@ def simulate_trial(spec: TrialSpec, cell: SimulatedCell, surface: Surface, resou
             corpus=f"simulated:{surface.fingerprint()}", params=cell.params, params_nonembed=cell.params_nonembed,
             flops_per_token=cell.flops_per_token,
         ))
-    report(StepReport(n, n * cell.tokens_per_step, seconds, members(n, True), True, results=results), None)
+    last = n if step >= n else step
+    report(StepReport(last, last * cell.tokens_per_step, seconds, members(last, True), True, results=results), None)
     return results
 
 
@@ -168,8 +185,11 @@ def simulated_trainable(config: dict[str, Any], simulation: dict[str, Any] | Non
         simulate_trial(spec, cell, surface, resources, report=send, start=start)
         return
     seat.join()
+    training = Training(PoolClock(seat.root / BUSY_LOG, seat.launch, seat.compression))
+    training.start()
     try:
-        simulate_trial(spec, cell, surface, resources, report=send, start=start, rate=seat.rate, finishing=seat.leave)
+        simulate_trial(spec, cell, surface, resources, report=send, start=start, rate=seat.rate,
+                       finishing=seat.leave, pause=training.pause)
     finally:
         seat.leave()
 
@@ -188,4 +208,4 @@ def device_seat(simulation: dict[str, Any], cell: SimulatedCell, surface: Surfac
     declared = cell.gpu or float(resources.get("GPU") or 0.0)
     return Seat(Path(clock["dir"]), str(trial_id or uuid.uuid4().hex), int(float(ids[0])),
                 demand(declared, surface.sharing.solo_speedup), surface.throughput, int(clock["launch"]),
-                float(surface.time_compression))
+                float(surface.time_compression), share=float(resources.get("GPU") or 0.0))

@@ -386,3 +386,22 @@ def test_spread_placement_asks_ray_for_larger_shares_while_few_trials_want_the_p
     assert [c["resources"]["GPU"] for c in pack] == [0.125, 0.125]
     assert [c["spec"]["lrs"] for c in spread] == [c["spec"]["lrs"] for c in pack]
     assert spread[0]["resources"]["CPU"] == 1.0
+
+
+def test_the_driver_logs_each_gpu_trial_it_proposes_and_each_end_it_processed(tmp_path):
+    """A simulation's busy log hears of every proposal (with the share asked of Ray) and every processed end
+    (`sweeper.sim.clock` reads them to tell the pool's waits for the orchestration)."""
+    from sweeper.sim.devices import BUSY_LOG, DriverLog, read_log
+
+    state = make_state(tmp_path, resources={"cpu": 1, "gpu": 0.125, "placement": "spread"})
+    state.pool_gpus = 8.0
+    root = tmp_path / "simulation"
+    root.mkdir()
+    state.watcher = DriverLog(root, launch=0, compression=4000.0, gpus=8.0)
+    state.load([])
+    first, second = next_config(state, "t1"), next_config(state, "t2")
+    run_trial(state, "t1", first)
+    lines = [(e["event"], e["trial"], e.get("share"), e.get("gpus")) for e in read_log(root / BUSY_LOG)]
+    assert lines == [("proposed", "t1", first["resources"]["GPU"], 8), ("proposed", "t2", second["resources"]["GPU"], 8),
+                     ("done", "t1", None, None)]
+    assert first["resources"]["GPU"] == 0.875

@@ -80,6 +80,8 @@ def test_a_simulated_sweep_finds_the_planted_optima_and_is_marked_simulated(ray_
     # The launch's own costs are on record: reports received, Tune snapshots (one at least: the last).
     launch = manifest.launches[-1]
     assert launch.reports >= 4 and launch.tune_snapshots >= 1 and launch.driver_cpu_seconds > 0  # type: ignore[operator]
+    # CPU trials have no busy log: the simulated hours are wall time x compression (1 here)
+    assert launch.simulation is not None and 0 < launch.simulation.simulated_wall_hours * 3600 <= launch.wall_seconds
     # Marked wherever results are shown, and never mixed with trained results.
     assert main(["optima", str(out)]) == 0
     assert "SIMULATED" in capsys.readouterr().out

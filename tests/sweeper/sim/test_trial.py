@@ -90,12 +90,27 @@ def test_a_resumed_trial_continues_from_its_checkpoint_and_ends_with_the_same_re
     assert later[0][0].step == 50 and len(slept) == 6
 
 
-def test_reports_closer_than_min_report_seconds_are_coalesced():
-    clock = iter(range(1000))
+def test_a_trial_whose_members_all_diverged_stops_there_as_a_real_one_does():
+    results, reports, slept = run([0.08, 0.1])  # both above the cliff (4 x lr* = 0.04): diverged in the first 10 steps
+    assert [r.outcome for r in results] == ["diverged", "diverged"]
+    assert all(r.diverged_step is not None and r.diverged_step <= 10 for r in results)
+    assert [(r.step, r.done) for r, _ in reports] == [(10, False), (10, True)]  # one interval, then its end
+    assert len(slept) == 1
+
+
+def test_reports_closer_than_min_report_seconds_are_coalesced_and_checkpoints_too():
+    """Each 10-step interval takes 10 wall seconds; at most one report per 45 s, but evaluations and the end
+    always report, and a checkpoint is written when 45 s have passed since the last one."""
+    wall = [0.0]
     reports = []
-    simulate_trial(spec([0.01]), cell(), surface(min_report_seconds=100.0), {"CPU": 1.0}, report=lambda r, s: reports.append(r),
-                   sleep=lambda s: None, clock=lambda: float(next(clock)))
-    assert [r.step for r in reports] == [40, 50, 80, 100]  # checkpoints, the evaluation, the end
+
+    def sleep(seconds: float) -> None:
+        wall[0] += 10.0
+
+    simulate_trial(spec([0.01]), cell(), surface(min_report_seconds=45.0), {"CPU": 1.0},
+                   report=lambda r, s: reports.append((r.step, s is not None)), sleep=sleep, clock=lambda: wall[0])
+    # step 40's checkpoint comes 40 s after the start: coalesced; step 80's, 80 s after: written
+    assert reports == [(50, False), (80, True), (100, False)]
 
 
 def test_surface_file_errors_name_the_file_and_line(tmp_path):
