@@ -13,37 +13,16 @@ import sweeper
 from sweeper.cli import main
 from sweeper.records.manifest import read_manifest
 from sweeper.records.throughput import sweep_state
+from tests.sweeper.sim.planted import PLANTED_FLOPS, SWEEP, planted_surface
 
-SWEEP = """\
-name: measured
-output: {out}
-methods: [pre, post]
-model: {{width: 32, heads: 2, depths: [2, 4], seq_len: 16, vocab: 256}}
-data: {{source: synthetic}}
-train: {{steps: 200, batch_size: 4, report_every: 20, eval_every: 100, checkpoint_every: 100}}
-lr: {{center: 1.0e-2, points: 3, factor: 2.0, refine: vertex, bounds: [1.0e-5, 1.0], max_points: 8}}
-resources: {{cpu: 1}}
-stack: 3
-concurrency: 2
-"""
-
-SURFACE = """\
-name: planted
-cpu_throughput: 2.0e+9
-time_compression: 1
-min_report_seconds: 0.2
-noise: 0.0
-methods:
-  pre:  {E: 2.0, A: 1.0, alpha: 0.5, lr_k: 0.02, lr_b: -0.5, c: 0.05, cliff: 4.0}
-  post: {E: 2.1, A: 1.2, alpha: 0.4, lr_k: 0.01, lr_b: -0.7, c: 0.05, cliff: 2.0}
-"""
-PLANTED = 2.0e9
+SURFACE = planted_surface("{E: 2.1, A: 1.2, alpha: 0.4, lr_k: 0.01, lr_b: -0.7, c: 0.05, cliff: 2.0}")
+PLANTED = PLANTED_FLOPS
 
 
 @pytest.mark.slow
 def test_a_dry_run_of_a_finished_sweep_uses_its_measured_rate(ray_session, tmp_path, capsys, monkeypatch) -> None:
     sweep, surface, out = tmp_path / "sweep.yaml", tmp_path / "surface.yaml", tmp_path / "out"
-    sweep.write_text(SWEEP.format(out=out))
+    sweep.write_text(SWEEP.format(name="measured", out=out))
     surface.write_text(SURFACE)
     assert main(["launch", str(sweep), "--simulate", str(surface)]) == 0
     capsys.readouterr()

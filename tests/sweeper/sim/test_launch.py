@@ -17,30 +17,9 @@ import pytest
 
 from sweeper.cli import main
 from sweeper.records.store import load_cells, read_manifest
+from tests.sweeper.sim.planted import SWEEP, planted_surface
 
-SWEEP = """\
-name: sim
-output: {out}
-methods: [pre, post]
-model: {{width: 32, heads: 2, depths: [2, 4], seq_len: 16, vocab: 256}}
-data: {{source: synthetic}}
-train: {{steps: 200, batch_size: 4, report_every: 20, eval_every: 100, checkpoint_every: 100}}
-lr: {{center: 1.0e-2, points: 3, factor: 2.0, refine: vertex, bounds: [1.0e-5, 1.0], max_points: 8}}
-resources: {{cpu: 1}}
-stack: 3
-concurrency: 2
-"""
-
-SURFACE = """\
-name: planted
-cpu_throughput: 2.0e+9        # a 3-stack trial of depth 4 sleeps ~0.3 s
-time_compression: 1
-min_report_seconds: 0.2
-noise: 0.0
-methods:
-  pre:  {E: 2.0, A: 1.0, alpha: 0.5, lr_k: 0.02, lr_b: -0.5, c: 0.05, cliff: 4.0}
-  post: {table: {file: recorded.csv, sizes: {2: {size: 2}, 4: {size: 4}}}}
-"""
+SURFACE = planted_surface("{table: {file: recorded.csv, sizes: {2: {size: 2}, 4: {size: 4}}}}")
 
 
 def recorded_table() -> str:
@@ -56,7 +35,7 @@ def recorded_table() -> str:
 @pytest.mark.slow
 def test_a_simulated_sweep_finds_the_planted_optima_and_is_marked_simulated(ray_session, tmp_path, capsys):
     sweep = tmp_path / "yaml.yaml"
-    sweep.write_text(SWEEP.format(out=tmp_path / "out"))
+    sweep.write_text(SWEEP.format(name="sim", out=tmp_path / "out"))
     surface = tmp_path / "surface.yaml"
     surface.write_text(SURFACE)
     (tmp_path / "recorded.csv").write_text(recorded_table())
@@ -95,7 +74,7 @@ def test_ray_failing_to_start_is_one_clear_line_and_exit_2(tmp_path):
     """A local Ray that cannot start (here: its temporary folder is a file; on an overloaded machine,
     its node timing out) ends the launch with one line naming Ray, exit 2, no traceback."""
     sweep = tmp_path / "yaml.yaml"
-    sweep.write_text(SWEEP.format(out=tmp_path / "out"))
+    sweep.write_text(SWEEP.format(name="sim", out=tmp_path / "out"))
     surface = tmp_path / "surface.yaml"
     surface.write_text(SURFACE)
     (tmp_path / "recorded.csv").write_text(recorded_table())
