@@ -113,7 +113,10 @@ def test_stacked_update_equals_separate_torch_muon_and_adamw(name: str, flat: bo
     for k, (lr, ref) in enumerate(zip(LRS, refs)):
         mine = stacked.member_state_dict(k)
         for n, value in ref.model.member_state_dict(0).items():
-            torch.testing.assert_close(mine[n], value, atol=5e-5 * lr, rtol=0, msg=lambda m, n=n: f"member {k} {n}: {m}")
+            # Plus two float32 ulps of the weight: a gain near 1.0 rounds its update to the float32 grid (1.2e-7 apart),
+            # which an AdamW step's different reduction order can cross on another CPU (seen on an AMD EPYC).
+            torch.testing.assert_close(mine[n], value, atol=5e-5 * lr, rtol=2 * torch.finfo(torch.float32).eps,
+                                       msg=lambda m, n=n: f"member {k} {n}: {m}")
         for s, w in ref.mats:
             buf = ref.muon.state[w]["momentum_buffer"]
             torch.testing.assert_close(state[f"momentum/{s.name}"][k], buf.T, atol=0, rtol=0)
