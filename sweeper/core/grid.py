@@ -50,6 +50,9 @@ class LRPolicy:
     refine_min_gain: float = 0.0
     vertex_first: bool = False
     failed_neighbour: Literal["skip", "half_step"] = "skip"
+    pair_fallback: bool = False  # a 2-point first grid that failed whole tries the centre's other neighbour
+    failed_side_last: bool = False  # a side known only by a failed point waits while the other side extends
+    close_after_failures: int = 0  # a side of the best point with this many failed points and nothing else is closed
     fixed: float | None = None  # a fixed recipe: this one learning rate, no search (see `decide`)
     prior_from: int = 2  # prior: extrapolate: the fewest smaller sizes a size's first grid waits for (see prior.py)
 

@@ -49,6 +49,16 @@ side, and proposals are still a function of the finished results):
   is bracketed already.
 - `failed_neighbour="half_step"`: when the next grid step beyond the best point failed
   (a crash: no information), try the half step between them before walking past it.
+- `pair_fallback`: a 2-point first grid (the centre and the step below) whose points both
+  failed tries the centre's other neighbour, the third point of a 3-point grid, before the
+  cell ends `failed`.
+- `failed_side_last`: when the best point needs a neighbour on both sides and one side holds
+  only a failed point within a step, extend the other side first.
+- `close_after_failures=n`: a side of the best point where only failed points were tried, at
+  least `n` of them, gets no more proposals; a cell with nothing else to try ends `edge`
+  (a crashing region is not walked into one LR per round up to the cap).
+With a 2-point first grid these make a cell that starts near its optimum the 3-point cell one
+round later, and save the far-side point of a cell whose centre is off (docs/lr-search.md).
 """
 
 from __future__ import annotations
@@ -191,6 +201,11 @@ def decide(points: Sequence[GridPoint], policy: LRPolicy, *, initial: Sequence[f
         if infra:
             return CellDecision(CellStatus.INFRA_FAILED, reason=_blocked_reason(infra))
         if not informative:
+            if policy.pair_fallback and len(points) == 2 == policy.points:
+                third = canonical(max(p.lr for p in points) * policy.factor)  # the pair is the centre and the step below
+                if third not in tried and _inside(third, policy) and budget > 0:
+                    return CellDecision("running", (third,), reason="both first points failed: trying the centre's "
+                                        "other neighbour")
             return CellDecision("failed", reason="every point failed (see the points' reasons)")
         stalled = sum(PointState(p.state) is PointState.STALLED for p in informative)
         what = ("every point diverged" if not stalled else
@@ -225,20 +240,34 @@ def decide(points: Sequence[GridPoint], policy: LRPolicy, *, initial: Sequence[f
         return CellDecision(CellStatus.INFRA_FAILED, reason=_blocked_reason(infra), **base)
     proposals: list[float] = []
     blocked: list[str] = []
+    by_side: dict[int, list[float]] = {}
     for direction, neighbour in ((-1, left), (+1, right)):
         if neighbour is not None:
+            continue
+        if policy.close_after_failures and _closed(best, direction, points, policy):
+            blocked.append(f"{'upper' if direction > 0 else 'lower'} side closed after "
+                           f"{policy.close_after_failures} failed points")
             continue
         room = min(budget - len(proposals), policy.extend_by)
         step = _probe(best, i, direction, points, informative, policy, tried) if room > 0 else []
         step = step or _walk(best.lr, direction, policy, tried, room)
         if step:
             proposals += step
+            by_side[direction] = step
         else:
             side = "upper" if direction > 0 else "lower"
             bound = policy.hi if direction > 0 else policy.lo
             blocked.append(
                 f"trial cap ({policy.max_points} points) reached" if room <= 0 else f"optimum at the {side} bound {bound:g}"
             )
+    if policy.failed_side_last and len(by_side) == 2:
+        # Both sides are open and one is known only by a failed point within a step: extend the other side
+        # first; the failed side is probed once the other settles (often never: the best moves away from it).
+        reach = math.log(policy.factor) * 1.01
+        failed = [d for d in (-1, 1) if any(p.state == "failed" and 0 < d * math.log(p.lr / best.lr) <= reach
+                                             for p in points)]
+        if len(failed) == 1:
+            proposals = by_side[-failed[0]]
     if proposals:
         return CellDecision("running", tuple(sorted(proposals)), reason="extending the grid", **base)
     if blocked:
@@ -290,6 +319,21 @@ def decide_fixed(points: Sequence[GridPoint], policy: LRPolicy) -> CellDecision:
     if PointState(point.state).counts_as_diverged:
         return CellDecision("diverged", reason=f"fixed recipe: lr {lr:g} diverged")
     return CellDecision("failed", reason=f"fixed recipe: lr {lr:g} failed (see the point's reason)")
+
+
+def _closed(best: GridPoint, direction: int, points: Sequence[GridPoint], policy: LRPolicy) -> bool:
+    """Whether the side of `best` in `direction` is closed (`close_after_failures`): nothing informative
+    tried beyond it, and at least that many failed points there (with `failed_neighbour: half_step`, the
+    half step among them, so the half step is always tried before a side closes)."""
+    beyond = [p for p in points if direction * math.log(p.lr / best.lr) > 1e-9]
+    if any(p.is_finished_info for p in beyond):
+        return False
+    if sum(p.state == "failed" for p in beyond) < policy.close_after_failures:
+        return False
+    if policy.failed_neighbour == "half_step":
+        half = best.lr * policy.half_step ** direction
+        return any(abs(math.log(p.lr / half)) < 1e-3 for p in beyond)
+    return True
 
 
 def _blocked_reason(n: int) -> str:

@@ -63,6 +63,12 @@ def describe_policy(policy: LRPolicy) -> str:
         parts.append(f"vertex offset {policy.vertex_offset:g}")
     if policy.failed_neighbour != "skip":
         parts.append("half step past failures")
+    if policy.pair_fallback:
+        parts.append("pair fallback")
+    if policy.failed_side_last:
+        parts.append("failed side last")
+    if policy.close_after_failures:
+        parts.append(f"close after {policy.close_after_failures} failures")
     if policy.extend_by != 1:
         parts.append(f"extend by {policy.extend_by}")
     parts.append(f"cap {policy.max_points}")

@@ -84,6 +84,27 @@ class LRSection(Strict):
             "to the step after; half_step first tries the half step between the best point and it"
         ),
     )
+    pair_fallback: bool = Field(
+        False,
+        description=(
+            "with `points: 2` (the centre and the step below): when both first points failed (crashes), try the "
+            "centre's other neighbour, the step above, before the cell ends failed"
+        ),
+    )
+    failed_side_last: bool = Field(
+        False,
+        description=(
+            "when the best point needs a neighbour on both sides and one side holds only a failed point within a "
+            "step, extend the other side first; the failed side is tried once the other side settles"
+        ),
+    )
+    close_after_failures: Annotated[int, Field(ge=0, le=8)] = Field(
+        0,
+        description=(
+            "a side of the best point where only failed points were tried, at least this many (with "
+            "`failed_neighbour: half_step`, its half step among them), gets no more proposals; 0 never closes"
+        ),
+    )
     extend_by: Annotated[int, Field(ge=1, le=8)] = Field(1, description="points added per extension step")
     max_points: Annotated[int, Field(ge=1, le=1000)] = Field(12, description="trial cap per cell")
     prior: Literal["fixed", "extrapolate"] = Field(
@@ -124,6 +145,8 @@ class LRSection(Strict):
             extend_by=self.extend_by, max_points=1 if self.fixed is not None else self.max_points, vertex_offset=self.vertex_offset,
             refine_min_gain=self.refine_min_gain, vertex_first=self.vertex_first,
             failed_neighbour=self.failed_neighbour, prior_from=self.prior_from,
+            pair_fallback=self.pair_fallback, failed_side_last=self.failed_side_last,
+            close_after_failures=self.close_after_failures,
         )
 
     @field_validator("bounds")

@@ -74,6 +74,9 @@ policies = st.builds(
     refine_min_gain=st.sampled_from([0.0, 0.0, 0.001]),
     vertex_first=st.booleans(),
     failed_neighbour=st.sampled_from(["skip", "half_step"]),
+    pair_fallback=st.booleans(),
+    failed_side_last=st.booleans(),
+    close_after_failures=st.sampled_from([0, 0, 1, 2]),
 )
 
 
@@ -330,6 +333,45 @@ def test_failed_neighbour_half_step():
     assert decide(points, half).next_lrs == (1.6e-2,)
 
 
+def test_pair_fallback_tries_the_centres_other_neighbour_once():
+    pair = LRPolicy(center=1e-3, points=2, factor=2.0, pair_fallback=True)
+    assert initial_grid(pair) == [5e-4, 1e-3]  # the centre and the step below
+    both_failed = [GridPoint(5e-4, "failed"), GridPoint(1e-3, "failed")]
+    assert decide(both_failed, LRPolicy(center=1e-3, points=2, factor=2.0)).status == "failed"
+    d = decide(both_failed, pair)
+    assert d.status == "running" and d.next_lrs == (2e-3,)  # the third point of the 3-point grid
+    assert decide(both_failed + [GridPoint(2e-3, "failed")], pair).status == "failed"  # once only
+    # Only a 2-point first grid: a 3-point grid that failed whole ends failed as before.
+    three = LRPolicy(center=1e-3, points=3, factor=2.0, pair_fallback=True)
+    assert decide([GridPoint(lr, "failed") for lr in initial_grid(three)], three).status == "failed"
+
+
+def test_failed_side_last_extends_the_other_side_first():
+    points = [GridPoint(1e-3, "ok", 3.0), GridPoint(2e-3, "failed")]
+    both = LRPolicy(center=1e-3, points=2, factor=2.0, refine=False)
+    assert decide(points, both).next_lrs == (5e-4, 4e-3)  # both sides at once, past the crash above
+    last = LRPolicy(center=1e-3, points=2, factor=2.0, refine=False, failed_side_last=True)
+    assert decide(points, last).next_lrs == (5e-4,)
+    # Once the lower side is settled (a worse point), the side with the crash is tried.
+    assert decide(points + [GridPoint(5e-4, "ok", 3.2)], last).next_lrs == (4e-3,)
+    # Below became the best: the crash is no longer next to it, and the search goes on downward.
+    assert decide(points + [GridPoint(5e-4, "ok", 2.9)], last).next_lrs == (2.5e-4,)
+
+
+def test_close_after_failures_ends_a_side_of_crashes_as_edge():
+    points = [GridPoint(5e-4, "ok", 3.2), GridPoint(1e-3, "ok", 3.0), GridPoint(2e-3, "failed")]
+    policy = LRPolicy(center=1e-3, points=2, factor=2.0, refine=False, failed_neighbour="half_step",
+                      close_after_failures=2)
+    assert decide(points, policy).next_lrs == (1.41421e-3,)  # one crash: the half step is tried first
+    points.append(GridPoint(1.41421e-3, "failed"))
+    d = decide(points, policy)
+    assert d.status == "edge" and "upper side closed after 2 failed points" in d.reason
+    assert decide(points, LRPolicy(center=1e-3, points=2, factor=2.0, refine=False,
+                                   failed_neighbour="half_step")).next_lrs == (4e-3,)  # without: walks on
+    # An informative point beyond the best keeps the side open (it is then bracketed, not closed).
+    assert decide(points + [GridPoint(4e-3, "diverged")], policy).status == "bracketed"
+
+
 def test_a_grid_point_reached_along_two_paths_is_not_proposed_again():
     # Learning rates are kept at 6 significant digits, so the first grid's 9.79197e-4 (the centre) and the
     # walk down from its upper neighbour, 1.95839e-3 / 2 = 9.791950e-4, differ in the last digit. The centre
@@ -361,4 +403,4 @@ def test_shipped_first_grids_keep_stacks_filled(name):
 
     cfg = load_sweep(Path(__file__).resolve().parents[3] / "sweeps" / name, need_data=False).config
     for method in cfg.methods:
-        assert len(initial_grid(cfg.lr_for(method).to_policy())) >= 3
+        assert len(initial_grid(cfg.lr_for(method).to_policy())) >= 2
