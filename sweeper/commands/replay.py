@@ -210,12 +210,13 @@ def _print(doc: dict[str, Any], wide: bool = False) -> None:
         Col("policy", keep=True, justify="left"), Col("methods", priority=4, justify="left"),
         Col("groups (skipped)", priority=3, short="groups"), Col("replays", priority=3), Col("points mean", keep=True,
                                                                                             short="pts mean"),
-        Col("max", priority=2), Col("bracketed", priority=1), Col("regret mean %", priority=1, short="regret %"),
+        Col("max", priority=2), Col("rounds", priority=2), Col("bracketed", priority=1), Col("regret mean %", priority=1, short="regret %"),
         Col("max %", priority=2), Col(f"within {doc['band']:g}%", keep=True)])
     for r in doc["policies"]:
         table.add_row(
             r["policy"], ", ".join(r["methods"]), f"{r['groups']} ({r['skipped_edge']})", str(r["replays"]),
-            f"{r['points_per_group_mean']:.2f}", str(r["points_per_group_max"]), f"{100 * r['bracketed_fraction']:.1f}%",
+            f"{r['points_per_group_mean']:.2f}", str(r["points_per_group_max"]), f"{r['rounds_per_group_mean']:.2f}",
+            f"{100 * r['bracketed_fraction']:.1f}%",
             fmt(r["regret_mean"], ".3f"), fmt(r["regret_max"], ".3f"), f"{100 * r['within_band_fraction']:.1f}%",
         )
     print_layout(console, table, wide=wide)

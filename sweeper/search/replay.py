@@ -60,6 +60,7 @@ class ReplayOutcome:
     best_loss: float | None
     regret: float | None  # percent above the group's recorded best (None: no `ok` point)
     floor: int | None = None  # the clairvoyant floor from the same first grid (`floor_points`), when asked
+    rounds: int = 0  # batches of proposals, each waiting for the one before: the search's latency
 
     def within(self, band: float) -> bool:
         return self.regret is not None and self.regret <= band + 1e-9
@@ -74,6 +75,7 @@ class ReplaySummary:
     replays: int
     points_mean: float
     points_max: int
+    rounds_mean: float  # batches of proposals per replay (latency: each waits for the one before)
     bracketed_fraction: float
     regret_mean: float | None
     regret_max: float | None
@@ -90,6 +92,7 @@ class ReplaySummary:
         return {
             "groups": self.groups, "skipped_edge": self.skipped_edge, "replays": self.replays,
             "points_per_group_mean": self.points_mean, "points_per_group_max": self.points_max,
+            "rounds_per_group_mean": self.rounds_mean,
             "bracketed_fraction": self.bracketed_fraction, "regret_mean": self.regret_mean,
             "regret_max": self.regret_max, "within_band_fraction": self.within_band_fraction, "band": self.band,
             "no_result": self.no_result, "unrecorded_points": self.unrecorded_points,
@@ -360,10 +363,12 @@ def replay_group(
     points: list[GridPoint] = []
     grid = start_grid(policy, centre)
     decision: CellDecision | None = None
+    rounds = 0
     for _ in range(policy.max_points + 1):
         decision = decide(points, policy, initial=grid if not points else None)
         if decision.done or not decision.next_lrs:
             break
+        rounds += 1
         for lr in decision.next_lrs:
             loss = group.loss_at(lr, tolerance)
             points.append(GridPoint(lr, "failed") if loss is None else GridPoint(lr, "ok", loss))
@@ -377,6 +382,7 @@ def replay_group(
         status=decision.status, best_lr=best.lr if best else None, best_loss=best.objective if best else None,
         regret=regret,
         floor=None if floor_band is None else floor_points(group, grid, band=floor_band, tolerance=tolerance),
+        rounds=rounds,
     )
 
 
@@ -423,12 +429,14 @@ def summarise(outcomes: Sequence[ReplayOutcome], *, groups: int, skipped_edge: i
         by_shift.append({
             "shift": k, "replays": len(mine), "points_mean": sum(o.points for o in mine) / len(mine),
             "within_band_fraction": sum(o.within(band) for o in mine) / len(mine),
+            "rounds_mean": sum(o.rounds for o in mine) / len(mine),
             **({"floor_points_mean": sum(o.floor or 0 for o in mine) / len(mine)} if floors else {}),
         })
     return ReplaySummary(
         groups=groups, skipped_edge=skipped_edge, replays=n,
         points_mean=sum(o.points for o in outcomes) / n if n else 0.0,
         points_max=max((o.points for o in outcomes), default=0),
+        rounds_mean=sum(o.rounds for o in outcomes) / n if n else 0.0,
         bracketed_fraction=sum(o.status == "bracketed" for o in outcomes) / n if n else 0.0,
         regret_mean=sum(regrets) / len(regrets) if regrets else None,
         regret_max=max(regrets) if regrets else None,
