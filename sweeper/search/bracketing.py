@@ -263,9 +263,7 @@ def decide(points: Sequence[GridPoint], policy: LRPolicy, *, initial: Sequence[f
     if policy.failed_side_last and len(by_side) == 2:
         # Both sides are open and one is known only by a failed point within a step: extend the other side
         # first; the failed side is probed once the other settles (often never: the best moves away from it).
-        reach = math.log(policy.factor) * 1.01
-        failed = [d for d in (-1, 1) if any(p.state == "failed" and 0 < d * math.log(p.lr / best.lr) <= reach
-                                             for p in points)]
+        failed = [d for d in (-1, 1) if _failed_within_a_step(best, d, points, policy)]
         if len(failed) == 1:
             proposals = by_side[-failed[0]]
     if proposals:
@@ -334,6 +332,12 @@ def _closed(best: GridPoint, direction: int, points: Sequence[GridPoint], policy
         half = best.lr * policy.half_step ** direction
         return any(abs(math.log(p.lr / half)) < 1e-3 for p in beyond)
     return True
+
+
+def _failed_within_a_step(best: GridPoint, direction: int, points: Sequence[GridPoint], policy: LRPolicy) -> bool:
+    """Whether a failed point lies beyond `best` in `direction`, at most one grid step away."""
+    reach = math.log(policy.factor) * 1.01
+    return any(p.state == "failed" and 0 < direction * math.log(p.lr / best.lr) <= reach for p in points)
 
 
 def _blocked_reason(n: int) -> str:
@@ -407,8 +411,7 @@ def _probe(best: GridPoint, i: int, direction: int, points: Sequence[GridPoint],
     toward the parabola's vertex (`vertex_first`). Empty: extend as usual."""
     half = policy.half_step
     if policy.failed_neighbour == "half_step":
-        reach = math.log(policy.factor) * 1.01
-        if any(p.state == "failed" and 0 < direction * math.log(p.lr / best.lr) <= reach for p in points):
+        if _failed_within_a_step(best, direction, points, policy):
             candidate = canonical(best.lr * half**direction)
             if candidate not in tried and _inside(candidate, policy):
                 return [candidate]
